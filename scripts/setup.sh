@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv and install trnf into it. Idempotent: a second run takes seconds.
+#   scripts/setup.sh          runtime + tool
+#   scripts/setup.sh dev      also the test tools
+# Torch: an existing torch in the venv is kept (a Trainium DLAMI venv keeps its
+# torch / torch-neuronx). Otherwise the CPU build is installed where no NVIDIA GPU is
+# present, because plain `pip install torch` pulls a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra="${1:-}"
+PY="${PYTHON:-python3}"
+VENV="${TRNF_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        "${PIP[@]}" install "torch>=2.9"
+    else
+        # The +cpu wheel from PyTorch's CPU index where it is reachable; pip falls back to
+        # any other configured source of torch 2.13.0 (PyPI, a local wheel) otherwise.
+        "${PIP[@]}" install "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu \
+            || { echo "setup: torch did not install; see the README's install notes" >&2; exit 1; }
+    fi
+fi
+target="."
+[ "$extra" = "dev" ] && target=".[dev]"
+"${PIP[@]}" install -e "$target" || { echo "setup: installing trnf failed (see pip's message above)" >&2; exit 1; }
+"$VENV/bin/trnf" --version >/dev/null || { echo "setup: trnf did not install" >&2; exit 1; }

@@ -1,0 +1,3 @@
+from trnfrontier.cli.app import main
+
+main()

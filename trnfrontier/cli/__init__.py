@@ -1,0 +1,1 @@
+"""The `trnf` command line: thin Typer functions over one library module each."""

@@ -1,0 +1,92 @@
+"""The `trnf` Typer app: global options, command registration and the error boundary."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from trnfrontier import __version__
+from trnfrontier.cli import eval as eval_cmd
+from trnfrontier.cli import package as package_cmd
+from trnfrontier.cli import prepare as prepare_cmd
+from trnfrontier.cli import profile as profile_cmd
+from trnfrontier.cli import recipes as recipes_cmd
+from trnfrontier.cli import train as train_cmd
+from trnfrontier.cli import verify as verify_cmd
+from trnfrontier.errors import TrnfError
+from trnfrontier.runtime.contract import PREPARE_ENV
+
+try:  # typer >= 0.22 vendors click; older releases depend on it
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException
+
+app = typer.Typer(
+    name="trnf",
+    help="Prepare, train, evaluate, profile, package and verify AWS Trainium Frontier submissions.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"trnf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def global_options(
+    prepare: Optional[Path] = typer.Option(
+        None, "--prepare", envvar=PREPARE_ENV, help="The trusted prepare.py to use (default: the project's own)."
+    ),
+    home: Optional[Path] = typer.Option(
+        None, "--home", envvar="TRNF_HOME", help="Data and cache root (default ~/.cache/trnfrontier)."
+    ),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Options every command shares. They are exported to the environment so that
+    subprocesses (torchrun workers, fresh eval processes) see the same choices."""
+    if prepare is not None:
+        resolved = prepare.expanduser().resolve()
+        if not resolved.is_file():
+            raise TrnfError(f"--prepare {prepare}: no such file; give the path of a trusted prepare.py", exit_code=2)
+        os.environ[PREPARE_ENV] = str(resolved)
+    if home is not None:
+        os.environ["TRNF_HOME"] = str(home.expanduser().resolve())
+
+
+app.command("prepare")(prepare_cmd.command)
+app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(train_cmd.command)
+app.command("eval")(eval_cmd.command)
+app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd.command)
+app.command("package")(package_cmd.command)
+app.command("verify")(verify_cmd.command)
+app.add_typer(recipes_cmd.app, name="recipes")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: one clear line and an exit code, never a traceback for bad input."""
+    try:
+        result = app(args=argv, prog_name="trnf", standalone_mode=False)
+    except TrnfError as exc:
+        sys.stderr.write(f"trnf: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(getattr(exc, "exit_code", 0))
+    except ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        sys.stderr.write("trnf: interrupted\n")
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""`trnf eval` (not built yet: issue #4)."""
+
+from __future__ import annotations
+
+from trnfrontier.errors import not_built
+
+
+def command() -> None:
+    """Not built yet (issue #4)."""
+    raise not_built("eval", 4)

@@ -1,0 +1,67 @@
+"""Which trusted prepare.py the tool uses, and its fingerprint.
+
+The project's own prepare.py is the default; ``trnf --prepare PATH`` or ``TRNF_PREPARE``
+points trnf at another one (the organisers' copy, say). Its SHA256 goes beside every
+score the tool prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from trnfrontier.errors import TrnfError
+from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, sha256_file
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def project_root_file(name: str) -> Path | None:
+    """A file that ships at the repository root (prepare.py, kernels/, recipes/).
+
+    trnf is installed editable from a clone (the README's set-up), so these sit beside
+    the package directory.
+    """
+    candidate = _PACKAGE_DIR.parent / name
+    return candidate if candidate.exists() else None
+
+
+def default_prepare_path() -> Path:
+    found = project_root_file("prepare.py")
+    if found is None:
+        raise TrnfError("the project's prepare.py is missing from this installation; reinstall trnf or pass --prepare PATH")
+    return found
+
+
+def selected_prepare_path() -> Path:
+    """The prepare.py this process uses: ``TRNF_PREPARE`` if set, else the project's."""
+    chosen = os.environ.get(PREPARE_ENV)
+    if chosen:
+        path = Path(chosen).expanduser().resolve()
+        if not path.is_file():
+            raise TrnfError(f"--prepare / {PREPARE_ENV} points at {path}, which is not a file; give the path of a prepare.py")
+        return path
+    return default_prepare_path()
+
+
+@dataclass(frozen=True)
+class TrustedContract:
+    """A loaded prepare.py and its fingerprint."""
+
+    module: ModuleType
+    path: Path
+    sha256: str
+
+
+def load_contract() -> TrustedContract:
+    """Load the selected prepare.py (once per process) with its SHA256."""
+    path = selected_prepare_path()
+    try:
+        module = load_prepare(path)
+    except SyntaxError as exc:
+        raise TrnfError(f"{path} does not parse ({exc.msg}, line {exc.lineno}); point --prepare at a valid prepare.py") from None
+    except ImportError as exc:
+        raise TrnfError(f"{path} cannot be imported: {exc}") from None
+    return TrustedContract(module=module, path=path, sha256=sha256_file(path))

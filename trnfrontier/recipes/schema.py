@@ -1,0 +1,207 @@
+"""The recipe schema: every knob of a training run, validated before any compute is spent.
+
+``Recipe.model_dump(mode="json")`` is the *resolved recipe*: plain data that the runtime
+layer (and a packaged train.py, which has no pydantic) reads key by key. Field names
+here are therefore a contract with ``trnfrontier.runtime``; rename nothing lightly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+COMPETITION_BUDGET_SECONDS = 1800.0
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Section):
+    """A nanochat-style GPT. Width comes from depth x aspect_ratio (rounded up to a whole
+    number of heads) unless ``n_embd`` is given."""
+
+    depth: int = Field(10, ge=1, le=128, description="Transformer blocks.")
+    aspect_ratio: int = Field(64, ge=1, description="Width per layer of depth when n_embd is not given.")
+    head_dim: int = Field(128, ge=8, le=256, description="Channels per attention head (even, for rotary).")
+    n_embd: Optional[int] = Field(None, ge=8, description="Explicit width; overrides depth x aspect_ratio.")
+    n_head: Optional[int] = Field(None, ge=1, description="Query heads; default n_embd // head_dim.")
+    n_kv_head: Optional[int] = Field(None, ge=1, description="Key/value heads (GQA when < n_head); default n_head.")
+    mlp_ratio: int = Field(4, ge=1, le=16)
+    vocab_size: int = Field(8192, ge=256, description="Must equal the tokenizer's vocabulary.")
+    sequence_len: int = Field(1024, ge=8, le=65536, description="Training context length.")
+    softcap: float = Field(15.0, ge=0.0, description="Logit softcap (0 disables).")
+    value_embeds: bool = Field(False, description="Value embeddings mixed into attention values.")
+    rope_base: float = Field(10000.0, gt=0)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> "ModelSection":
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)")
+        width = self.resolved_n_embd()
+        n_head = self.n_head if self.n_head is not None else width // self.head_dim
+        if n_head < 1:
+            raise ValueError(f"n_embd={width} is smaller than head_dim={self.head_dim}")
+        if self.n_head is not None and self.n_head * self.head_dim != width:
+            raise ValueError(f"n_head x head_dim = {self.n_head} x {self.head_dim} != n_embd={width}")
+        if width % self.head_dim:
+            raise ValueError(f"n_embd={width} is not a multiple of head_dim={self.head_dim}")
+        n_kv = self.n_kv_head if self.n_kv_head is not None else n_head
+        if n_kv > n_head or n_head % n_kv:
+            raise ValueError(f"n_kv_head={n_kv} must divide n_head={n_head} (grouped-query attention)")
+        return self
+
+    def resolved_n_embd(self) -> int:
+        if self.n_embd is not None:
+            return self.n_embd
+        raw = self.depth * self.aspect_ratio
+        return -(-raw // self.head_dim) * self.head_dim
+
+
+class OptimSection(Section):
+    """Muon (Polar Express) for the blocks' matrices; AdamW for embeddings, head and scalars."""
+
+    matrix_lr: float = Field(0.02, gt=0, description="Muon learning rate for 2-D block weights.")
+    embedding_lr: float = Field(0.2, gt=0, description="AdamW LR for token (and value) embeddings.")
+    unembedding_lr: float = Field(0.004, gt=0, description="AdamW LR for the output head.")
+    scalar_lr: float = Field(0.5, gt=0, description="AdamW LR for scalar / vector parameters.")
+    lr_width_scaling: bool = Field(True, description="Scale AdamW LRs by (n_embd/768)^-0.5 as nanochat does.")
+    adam_betas: tuple[float, float] = (0.8, 0.95)
+    adam_eps: float = Field(1e-10, gt=0)
+    weight_decay: float = Field(0.0, ge=0, description="Muon weight decay.")
+    cautious_weight_decay: bool = Field(False, description="Decay only where update and weight agree in sign.")
+    muon_momentum: float = Field(0.95, ge=0, lt=1)
+    muon_momentum_warmup_start: float = Field(0.85, ge=0, lt=1)
+    muon_momentum_warmup_steps: int = Field(300, ge=0)
+    nesterov: bool = True
+    polar_express_steps: int = Field(5, ge=1, le=5)
+    normuon: bool = Field(False, description="NorMuon: per-neuron second-moment normalisation of the update.")
+    normuon_beta2: float = Field(0.95, ge=0, lt=1)
+    grad_clip: float = Field(0.0, ge=0, description="Global grad-norm clip (0 disables).")
+
+    @model_validator(mode="after")
+    def _betas(self) -> "OptimSection":
+        for beta in self.adam_betas:
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"adam_betas values must be in [0, 1), got {beta}")
+        return self
+
+
+class ScheduleSection(Section):
+    """LR multiplier over the run: warmup, flat, warmdown to final_lr_frac.
+
+    ``mode: time`` drives it by the fraction of the training budget charged so far, so a
+    slower step never leaves the run stuck at a high LR when time runs out; ``mode: steps``
+    uses ``total_steps`` for fixed-step experiments.
+    """
+
+    mode: Literal["time", "steps"] = "time"
+    warmup_frac: float = Field(0.0, ge=0, le=1)
+    warmdown_frac: float = Field(0.4, ge=0, le=1)
+    final_lr_frac: float = Field(0.0, ge=0, le=1)
+    total_steps: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ScheduleSection":
+        if self.warmup_frac + self.warmdown_frac > 1.0:
+            raise ValueError("warmup_frac + warmdown_frac must be <= 1")
+        if self.mode == "steps" and self.total_steps is None:
+            raise ValueError("mode 'steps' needs total_steps")
+        return self
+
+
+class DataSection(Section):
+    dataset: Optional[str] = Field(None, description="Prepared dataset name (default: the active one).")
+    batch_size: int = Field(32, ge=1, description="Rows per device per micro-step.")
+    total_batch_tokens: Optional[int] = Field(
+        None, ge=1, description="Tokens per optimizer step over all ranks; default one micro-step on every rank."
+    )
+
+
+class BudgetSection(Section):
+    """The organisers' clock. ``competition: true`` keeps ``seconds`` within the rules."""
+
+    seconds: float = Field(COMPETITION_BUDGET_SECONDS, gt=0)
+    startup_steps_excluded: int = Field(5, ge=0)
+    startup_allowance_cap_seconds: float = Field(900.0, ge=0)
+    checkpoint_reserve_seconds: float = Field(30.0, ge=0, description="Kept free at the end for the final checkpoint.")
+    competition: bool = Field(True, description="Enforce the competition's limits (seconds <= 1800).")
+    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many steps even with budget left.")
+
+    @model_validator(mode="after")
+    def _within_rules(self) -> "BudgetSection":
+        if self.competition and self.seconds > COMPETITION_BUDGET_SECONDS:
+            raise ValueError(
+                f"seconds={self.seconds:g} exceeds the competition budget of {COMPETITION_BUDGET_SECONDS:g} s "
+                "(set budget.competition=false for a non-competition experiment)"
+            )
+        return self
+
+
+class RuntimeSection(Section):
+    device: Literal["auto", "cpu", "cuda", "neuron"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 where the device supports it.")
+    compile: bool = False
+    seed: int = 1337
+    nproc: int = Field(1, ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
+    lnc: Literal[1, 2] = Field(2, description="NEURON_LOGICAL_NC_CONFIG on Neuron.")
+    threads: Optional[int] = Field(None, ge=1, description="CPU threads per process (default: torch's).")
+
+
+class EvalSection(Section):
+    tokens: int = Field(2_097_152, ge=1, description="Validation tokens (2,097,152 public; ~20M official).")
+    seq_len: int = Field(1024, ge=8, description="Evaluation context (the contract's is 1024).")
+    batch_size: int = Field(8, ge=1)
+    every_seconds: Optional[float] = Field(None, gt=0, description="Periodic validation during training.")
+    final: bool = Field(True, description="Evaluate the final checkpoint with the trusted evaluate_bpb.")
+
+
+KernelChoice = Literal["off", "auto", "on"]
+
+
+class KernelsSection(Section):
+    """Per kernel: off = plain PyTorch; auto = NKI on Neuron, reference elsewhere (said once);
+    on = the NKI kernel is required, and its absence is an error."""
+
+    relu2: KernelChoice = "off"
+    rmsnorm: KernelChoice = "off"
+    rope_qknorm: KernelChoice = "off"
+    cross_entropy: KernelChoice = "off"
+    polar_express: KernelChoice = "off"
+    attention: KernelChoice = "off"
+
+
+class RunSection(Section):
+    log_every_steps: int = Field(1, ge=1)
+    checkpoint_every_seconds: Optional[float] = Field(300.0, gt=0, description="Resumable checkpoints (None: final only).")
+    max_loss: float = Field(20.0, gt=0, description="A loss above this (or NaN/inf) stops the run as diverged.")
+
+
+class Recipe(Section):
+    name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    model: ModelSection = ModelSection()
+    optim: OptimSection = OptimSection()
+    schedule: ScheduleSection = ScheduleSection()
+    data: DataSection = DataSection()
+    budget: BudgetSection = BudgetSection()
+    runtime: RuntimeSection = RuntimeSection()
+    eval: EvalSection = EvalSection()
+    kernels: KernelsSection = KernelsSection()
+    run: RunSection = RunSection()
+
+    @model_validator(mode="after")
+    def _batch_geometry(self) -> "Recipe":
+        micro = self.data.batch_size * self.model.sequence_len * self.runtime.nproc
+        total = self.data.total_batch_tokens
+        if total is not None and total % micro:
+            raise ValueError(
+                f"data.total_batch_tokens={total} is not a multiple of batch_size x sequence_len x nproc "
+                f"= {self.data.batch_size} x {self.model.sequence_len} x {self.runtime.nproc} = {micro}"
+            )
+        return self
+
+    def grad_accum_steps(self) -> int:
+        micro = self.data.batch_size * self.model.sequence_len * self.runtime.nproc
+        return (self.data.total_batch_tokens or micro) // micro
