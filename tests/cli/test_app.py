@@ -1,0 +1,54 @@
+"""The `trnf` entry point: version, global options, and one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trnfrontier import __version__
+from trnfrontier.cli.app import main
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["--version"], capsys)
+    assert code == 0
+    assert out.strip() == f"trnf {__version__}"
+
+
+def test_every_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0
+    for command in ("prepare", "train", "eval", "profile", "package", "verify", "recipes"):
+        assert command in out
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["no-such-command"], capsys)
+    assert code == 2
+    assert "no-such-command" in err
+
+
+def test_missing_prepare_path_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRNF_PREPARE", raising=False)
+    missing = tmp_path / "nope.py"
+    code, out, err = run_cli(["--prepare", str(missing), "recipes", "list"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "nope.py" in err and "Traceback" not in err
+
+
+def test_console_script_runs_as_a_process() -> None:
+    env = dict(os.environ)
+    result = subprocess.run([sys.executable, "-m", "trnfrontier", "--version"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"trnf {__version__}"

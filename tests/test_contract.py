@@ -1,0 +1,62 @@
+"""Loading the trusted prepare.py by path, and its fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from trnfrontier.contract import default_prepare_path, load_contract
+from trnfrontier.errors import TrnfError
+from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, sha256_file
+
+
+@pytest.fixture()
+def restore_prepare_module():
+    saved = sys.modules.get("prepare")
+    yield
+    if saved is None:
+        sys.modules.pop("prepare", None)
+    else:
+        sys.modules["prepare"] = saved
+
+
+def test_sha256_file_matches_hashlib(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 5000
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert sha256_file(path, chunk_size=4096) == hashlib.sha256(data).hexdigest()
+
+
+def test_load_prepare_by_path_registers_the_module(tmp_path: Path, restore_prepare_module: None) -> None:
+    other = tmp_path / "prepare.py"
+    other.write_text("TRAIN_TIME_BUDGET_SECONDS = 1800\nMARK = 'organisers'\n")
+    module = load_prepare(other)
+    assert module.MARK == "organisers"
+    assert sys.modules["prepare"] is module
+    assert load_prepare(other) is module  # loaded once per process
+
+
+def test_load_contract_uses_env_and_reports_sha(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_prepare_module: None) -> None:
+    other = tmp_path / "prepare.py"
+    other.write_text("X = 1\n")
+    monkeypatch.setenv(PREPARE_ENV, str(other))
+    contract = load_contract()
+    assert contract.path == other.resolve()
+    assert contract.sha256 == hashlib.sha256(other.read_bytes()).hexdigest()
+
+
+def test_broken_prepare_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_prepare_module: None) -> None:
+    bad = tmp_path / "prepare.py"
+    bad.write_text("def broken(:\n")
+    monkeypatch.setenv(PREPARE_ENV, str(bad))
+    with pytest.raises(TrnfError, match="does not parse"):
+        load_contract()
+
+
+def test_default_prepare_is_the_projects() -> None:
+    path = default_prepare_path()
+    assert path.name == "prepare.py"
+    assert path.parent == Path(__file__).resolve().parents[1]
