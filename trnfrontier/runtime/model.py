@@ -1,0 +1,300 @@
+"""A nanochat-style GPT: the model a submission trains and the scorer evaluates.
+
+- token embedding and an untied lm head;
+- parameter-free RMSNorm: after the embedding, before attention and MLP (pre-norm), on
+  queries and keys (QK-norm), and before the head;
+- rotary position embeddings, causal attention with grouped-query attention;
+- ReLU^2 MLP, logit softcap ``cap * tanh(logits / cap)``;
+- output projections (attention and MLP ``c_proj``) start at zero, so every block starts
+  as the identity and the initial loss is about ln(vocab);
+- optional value embeddings: a per-token vector mixed into the attention values of
+  alternate layers through a small input-dependent gate.
+
+``forward(idx)`` returns float32 logits and nothing else: it is pure, stateless and
+causal, which is what ``evaluate_bpb`` and ``load_for_eval`` rely on. The training loss
+is the explicit second method ``loss(idx, targets)``.
+
+Elementwise and fused pieces go through ``trnfrontier.runtime.ops`` so that NKI kernels
+can replace them without touching this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from trnfrontier.runtime import ops
+
+# The value-embedding gate reads only the first channels of the block input: a cheap,
+# input-dependent scalar per KV head.
+VE_GATE_CHANNELS = 32
+# Rotary tables cover this many training contexts up front (eval may use longer ones).
+ROTARY_CONTEXT_FACTOR = 4
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    sequence_len: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    n_embd: int
+    mlp_ratio: int = 4
+    softcap: float = 15.0
+    value_embeds: bool = False
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        if self.n_head < 1 or self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)")
+        if self.n_kv_head < 1 or self.n_kv_head > self.n_head or self.n_head % self.n_kv_head:
+            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} (grouped-query attention)")
+        if self.softcap < 0:
+            raise ValueError(f"softcap={self.softcap} must be >= 0 (0 disables it)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
+        data = dict(data)
+        # head_dim is derived; accept it when a writer included it, but it must agree.
+        head_dim = data.pop("head_dim", None)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown GPTConfig keys: {', '.join(unknown)}")
+        config = cls(**data)
+        if head_dim is not None and head_dim != config.head_dim:
+            raise ValueError(f"head_dim={head_dim} disagrees with n_embd/n_head={config.head_dim}")
+        return config
+
+    @classmethod
+    def from_recipe(cls, model_section: dict[str, Any]) -> GPTConfig:
+        """Shapes from a resolved recipe's ``model`` section, derived as schema.py does:
+        width = depth x aspect_ratio rounded up to a multiple of head_dim unless n_embd is
+        given; n_head = n_embd // head_dim unless given; n_kv_head defaults to n_head."""
+        m = model_section
+        head_dim = int(m.get("head_dim", 128))
+        n_embd = m.get("n_embd")
+        if n_embd is None:
+            raw = int(m["depth"]) * int(m.get("aspect_ratio", 64))
+            n_embd = -(-raw // head_dim) * head_dim
+        n_embd = int(n_embd)
+        n_head = m.get("n_head")
+        n_head = int(n_head) if n_head is not None else n_embd // head_dim
+        if n_head * head_dim != n_embd:
+            raise ValueError(f"n_head x head_dim = {n_head} x {head_dim} != n_embd={n_embd}")
+        n_kv_head = m.get("n_kv_head")
+        return cls(
+            vocab_size=int(m.get("vocab_size", 8192)),
+            sequence_len=int(m.get("sequence_len", 1024)),
+            n_layer=int(m["depth"]),
+            n_head=n_head,
+            n_kv_head=int(n_kv_head) if n_kv_head is not None else n_head,
+            n_embd=n_embd,
+            mlp_ratio=int(m.get("mlp_ratio", 4)),
+            softcap=float(m.get("softcap", 15.0)),
+            value_embeds=bool(m.get("value_embeds", False)),
+            rope_base=float(m.get("rope_base", 10000.0)),
+        )
+
+
+def has_value_embed(layer_idx: int, n_layer: int) -> bool:
+    """Alternate layers carry a value embedding, always including the last one."""
+    return layer_idx % 2 == (n_layer - 1) % 2
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_kv_head = config.n_kv_head
+        self.head_dim = config.head_dim
+        kv_dim = self.n_kv_head * self.head_dim
+        self.c_q = nn.Linear(config.n_embd, self.n_head * self.head_dim, bias=False)
+        self.c_k = nn.Linear(config.n_embd, kv_dim, bias=False)
+        self.c_v = nn.Linear(config.n_embd, kv_dim, bias=False)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.ve_gate_channels = min(VE_GATE_CHANNELS, config.n_embd)
+        self.ve_gate = (
+            nn.Linear(self.ve_gate_channels, self.n_kv_head, bias=False)
+            if config.value_embeds and has_value_embed(layer_idx, config.n_layer)
+            else None
+        )
+
+    def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        # [B, T, H*D] -> [B, H, T, D]
+        q = self.c_q(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
+        if ve is not None and self.ve_gate is not None:
+            # Gate in (0, 2), exactly 1 at initialisation (zero gate weights).
+            gate = 2.0 * torch.sigmoid(self.ve_gate(x[..., : self.ve_gate_channels]))
+            v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
+        v = v.transpose(1, 2)
+        q = ops.rms_norm(ops.apply_rotary(q, cos, sin))
+        k = ops.rms_norm(ops.apply_rotary(k, cos, sin))
+        y = ops.causal_attention(q, k, v)
+        y = y.transpose(1, 2).reshape(B, T, -1)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        hidden = config.mlp_ratio * config.n_embd
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=False)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.c_proj(ops.relu_squared(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.attn = CausalSelfAttention(config, layer_idx)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
+        x = x + self.attn(ops.rms_norm(x), ve, cos, sin)
+        return x + self.mlp(ops.rms_norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        kv_dim = config.n_kv_head * config.head_dim
+        self.value_embeds = nn.ModuleDict(
+            {
+                str(i): nn.Embedding(config.vocab_size, kv_dim)
+                for i in range(config.n_layer)
+                if config.value_embeds and has_value_embed(i, config.n_layer)
+            }
+        )
+        # Non-persistent: derived from the config, never stored in checkpoints.
+        self.register_buffer("rotary_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rotary_sin", torch.empty(0), persistent=False)
+        self.init_weights()
+
+    # ------------------------------------------------------------------ initialisation
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and the rotary tables.
+
+        Call it again after ``to_empty()`` from a meta-device construction: it also
+        rebuilds the non-persistent rotary buffers on the parameters' device.
+        """
+        c = self.config
+        nn.init.normal_(self.wte.weight, mean=0.0, std=1.0)
+        # A small head keeps the initial logits near zero: loss starts at ~ln(vocab).
+        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
+        # Uniform with the same std as normal(0, n_embd^-0.5), without the outliers.
+        bound = math.sqrt(3.0) * c.n_embd**-0.5
+        for block in self.blocks:
+            for lin in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_fc):
+                nn.init.uniform_(lin.weight, -bound, bound)
+            # Zero output projections: each block starts as the identity.
+            nn.init.zeros_(block.attn.c_proj.weight)
+            nn.init.zeros_(block.mlp.c_proj.weight)
+            if block.attn.ve_gate is not None:
+                nn.init.zeros_(block.attn.ve_gate.weight)
+        for ve in self.value_embeds.values():
+            nn.init.uniform_(ve.weight, -bound, bound)
+        self.init_rotary(c.sequence_len * ROTARY_CONTEXT_FACTOR)
+
+    @torch.no_grad()
+    def init_rotary(self, length: int) -> None:
+        """Precompute rotary cos/sin for positions [0, length) as [1, 1, length, D/2]."""
+        c = self.config
+        device = self.wte.weight.device
+        half = c.head_dim // 2
+        inv_freq = 1.0 / (c.rope_base ** (torch.arange(0, half, dtype=torch.float32, device=device) / half))
+        t = torch.arange(length, dtype=torch.float32, device=device)
+        freqs = torch.outer(t, inv_freq)
+        self.rotary_cos = freqs.cos()[None, None]
+        self.rotary_sin = freqs.sin()[None, None]
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Token ids [B, T] -> float32 logits [B, T, vocab]. Pure, stateless, causal."""
+        _, T = idx.shape
+        if self.rotary_cos.size(-2) < T or self.rotary_cos.device != idx.device:
+            # A longer eval context than precomputed: extend the tables once.
+            self.init_rotary(max(T, self.config.sequence_len * ROTARY_CONTEXT_FACTOR))
+        cos, sin = self.rotary_cos[:, :, :T], self.rotary_sin[:, :, :T]
+        x = ops.rms_norm(self.wte(idx))
+        for i, block in enumerate(self.blocks):
+            key = str(i)
+            ve = self.value_embeds[key](idx) if key in self.value_embeds else None
+            x = block(x, ve, cos, sin)
+        x = ops.rms_norm(x)
+        logits = self.lm_head(x).float()
+        if self.config.softcap > 0:
+            logits = ops.softcap(logits, self.config.softcap)
+        return logits
+
+    def loss(self, idx: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
+        """Cross-entropy (float32, nats) of ``forward(idx)`` against ``targets``;
+        targets equal to -1 are ignored. ``reduction="none"`` returns [B, T]."""
+        return ops.cross_entropy(self.forward(idx), targets, ignore_index=-1, reduction=reduction)
+
+    # ------------------------------------------------------------------ accounting
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def num_embedding_params(self) -> int:
+        """Lookup tables (token and value embeddings): parameters that cost no matmul."""
+        return self.wte.weight.numel() + sum(ve.weight.numel() for ve in self.value_embeds.values())
+
+    def num_matmul_params(self) -> int:
+        """Weights of the blocks' matrices plus the lm head (embeddings excluded)."""
+        blocks = sum(p.numel() for p in self.blocks.parameters() if p.dim() == 2)
+        return blocks + self.lm_head.weight.numel()
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Training FLOPs per token (forward + backward), the nanochat / PaLM estimate:
+
+            6 * (num_params - embedding params) + 12 * n_layer * n_head * head_dim * seq_len
+
+        The first term is 2 FLOPs per weight per token forward and 4 backward; the second
+        is the attention scores and weighted sum (QK^T and AV, forward and backward),
+        counted for the full T x T square as is conventional.
+        """
+        c = self.config
+        dense = 6 * (self.num_params() - self.num_embedding_params())
+        attention = 12 * c.n_layer * c.n_head * c.head_dim * seq_len
+        return int(dense + attention)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by optimizer role: ``matrix`` (2-D block weights, Muon),
+        ``embedding`` (token and value embeddings), ``unembedding`` (lm head) and
+        ``scalar`` (everything else, AdamW). Every parameter is in exactly one list."""
+        matrix = [p for p in self.blocks.parameters() if p.dim() == 2]
+        embedding = [self.wte.weight, *(ve.weight for ve in self.value_embeds.values())]
+        unembedding = [self.lm_head.weight]
+        taken = {id(p) for p in (*matrix, *embedding, *unembedding)}
+        scalar = [p for p in self.parameters() if id(p) not in taken]
+        return {"matrix": matrix, "embedding": embedding, "unembedding": unembedding, "scalar": scalar}

@@ -1,0 +1,202 @@
+"""Muon: momentum SGD whose update for each weight matrix is replaced by (nearly) the
+closest semi-orthogonal matrix, computed with the Polar Express iteration.
+
+Per-step hyperparameters (``lr``, ``momentum``, ``weight_decay``) are 0-d float32 tensors
+on the parameters' device, held in each param group and changed in place with
+``set_hyperparams``. A ``torch.compile``'d step therefore sees the same tensor objects
+every step and is never re-traced when the schedule moves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+import torch
+from torch import Tensor
+
+# Polar Express (Amsel, Persson, Musco, Gower 2025): per-iteration quintic coefficients
+# (a, b, c) for X <- a X + b (X X^T) X + c (X X^T)^2 X, tuned so that singular values in
+# (0, 1] move towards 1 as fast as possible over five iterations.
+POLAR_EXPRESS_COEFFS: tuple[tuple[float, float, float], ...] = (
+    (8.1566, -22.4833, 15.8788),
+    (4.0429, -2.8089, 0.5000),
+    (3.8917, -2.7725, 0.5061),
+    (3.2858, -2.3681, 0.4645),
+    (2.3465, -1.7098, 0.4232),
+)
+
+HYPERPARAMS = ("lr", "momentum", "weight_decay")
+
+
+def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
+    """Approximate the orthogonal polar factor U V^T of ``G`` (..., rows, cols).
+
+    Normalises by the Frobenius norm (so every singular value is <= 1), then applies the
+    first ``steps`` quintic iterations. Works on a batch of same-shaped matrices. Runs in
+    bfloat16 on accelerators (the iteration is robust to it) and float32 on CPU, and
+    returns the input's dtype.
+    """
+    if G.dim() < 2:
+        raise ValueError(f"polar_express needs a matrix, got shape {tuple(G.shape)}")
+    if not 1 <= steps <= len(POLAR_EXPRESS_COEFFS):
+        raise ValueError(f"steps={steps} must be in [1, {len(POLAR_EXPRESS_COEFFS)}]")
+    X = G.float() if G.device.type == "cpu" else G.bfloat16()
+    # Work on the wide orientation: X X^T is then the smaller Gram matrix.
+    transposed = X.size(-2) > X.size(-1)
+    if transposed:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
+    for a, b, c in POLAR_EXPRESS_COEFFS[:steps]:
+        A = X @ X.mT
+        B = b * A + c * (A @ A)
+        X = a * X + B @ X
+    if transposed:
+        X = X.mT
+    return X.to(G.dtype)
+
+
+def _as_hyper_tensor(value: Any, device: torch.device) -> Tensor:
+    return torch.tensor(float(value), dtype=torch.float32, device=device)
+
+
+def set_hyperparams(optimizer: torch.optim.Optimizer, **values: float) -> None:
+    """Set per-step hyperparameters on every param group of ``optimizer``.
+
+    Tensor-valued entries (Muon's) are filled in place, keeping the same tensor object;
+    plain float entries (torch's AdamW) are replaced. Unknown names are an error so a
+    typo never silently leaves a schedule unapplied.
+    """
+    for group in optimizer.param_groups:
+        for name, value in values.items():
+            if name not in group:
+                raise KeyError(f"{type(optimizer).__name__} param group has no hyperparameter {name!r}")
+            current = group[name]
+            if isinstance(current, Tensor):
+                current.fill_(float(value))
+            else:
+                group[name] = float(value)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for 2-D (or higher, flattened to rows x rest) weight matrices.
+
+    Per step, for each parameter W with gradient G:
+      buf <- momentum * buf + (1 - momentum) * G
+      M   <- (1 - momentum) * G + momentum * buf   (Nesterov)   or   buf
+      O   <- polar_express(M)
+      NorMuon (optional): v <- beta2 * v + (1 - beta2) * mean_row(O^2); O <- O / sqrt(v),
+                          then rescaled so that ||O||_F is unchanged
+      W   <- W - lr * wd * W * mask - lr * max(1, rows/cols)^0.5 * O
+    where mask is 1 everywhere, or (cautious weight decay) 1 only where sign(O) == sign(W),
+    i.e. where the update already moves the weight towards zero. The momentum warm-up is
+    the caller's job: it sets ``momentum`` through ``set_hyperparams`` every step.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.02,
+        momentum: float = 0.95,
+        weight_decay: float = 0.0,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        normuon: bool = False,
+        beta2: float = 0.95,
+        cautious_wd: bool = False,
+        eps: float = 1e-10,
+    ) -> None:
+        if lr <= 0 or not 0.0 <= momentum < 1.0 or weight_decay < 0 or not 0.0 <= beta2 < 1.0:
+            raise ValueError(f"bad Muon hyperparameters: lr={lr}, momentum={momentum}, weight_decay={weight_decay}, beta2={beta2}")
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            nesterov=nesterov,
+            ns_steps=ns_steps,
+            normuon=normuon,
+            beta2=beta2,
+            cautious_wd=cautious_wd,
+            eps=eps,
+        )
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            if any(p.dim() < 2 for p in group["params"]):
+                raise ValueError("Muon takes only matrices (dim >= 2); give vectors and scalars to AdamW")
+            device = group["params"][0].device if group["params"] else torch.device("cpu")
+            # One tensor per group and name: never shared between groups.
+            for name in HYPERPARAMS:
+                group[name] = _as_hyper_tensor(group[name], device)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load state, then copy the saved hyperparameters into the existing tensors so
+        that a compiled step keeps seeing the same objects after a resume."""
+        keep = [{name: group[name] for name in HYPERPARAMS} for group in self.param_groups]
+        super().load_state_dict(state_dict)
+        for group, old in zip(self.param_groups, keep):
+            for name, tensor in old.items():
+                tensor.copy_(torch.as_tensor(group[name], dtype=torch.float32))
+                group[name] = tensor
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Tensor | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
+
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        # Same-shaped matrices are orthogonalised together in one batched call.
+        buckets: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = defaultdict(list)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            buf = state["momentum_buffer"]
+            g = p.grad
+            one_minus = 1.0 - momentum.to(g.dtype)
+            buf.lerp_(g, one_minus)
+            update = g.lerp(buf, momentum.to(g.dtype)) if group["nesterov"] else buf
+            buckets[tuple(p.shape)].append((p, update))
+
+        for shape, items in buckets.items():
+            params = [p for p, _ in items]
+            rows = shape[0]
+            cols = 1
+            for size in shape[1:]:
+                cols *= size
+            stacked = torch.stack([u.reshape(rows, cols) for _, u in items])
+            ortho = polar_express(stacked, steps=group["ns_steps"]).float()
+            if group["normuon"]:
+                ortho = self._normuon(params, ortho, group["beta2"], group["eps"])
+            scale = max(1.0, rows / cols) ** 0.5
+            for p, o in zip(params, ortho.unbind(0)):
+                o = o.view(shape).to(p.dtype)
+                if group["cautious_wd"]:
+                    mask = (torch.sign(o) == torch.sign(p)).to(p.dtype)
+                    p.sub_(p * mask * (lr * wd).to(p.dtype))
+                else:
+                    p.mul_(1.0 - (lr * wd).to(p.dtype))
+                p.sub_(o * (lr * scale).to(p.dtype))
+
+    def _normuon(self, params: list[Tensor], ortho: Tensor, beta2: float, eps: float) -> Tensor:
+        """Per-row (output neuron) adaptive scaling of the orthogonalised update, keeping
+        each update's Frobenius norm."""
+        row_sq = ortho.square().mean(dim=-1, keepdim=True)  # [N, rows, 1]
+        out = []
+        for i, p in enumerate(params):
+            state = self.state[p]
+            if "second_moment" not in state:
+                state["second_moment"] = torch.zeros_like(row_sq[i])
+            v = state["second_moment"]
+            v.lerp_(row_sq[i], 1.0 - beta2)
+            scaled = ortho[i] / (v.sqrt() + eps)
+            scaled = scaled * (ortho[i].norm() / (scaled.norm() + eps))
+            out.append(scaled)
+        return torch.stack(out)

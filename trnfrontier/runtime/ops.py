@@ -1,0 +1,130 @@
+"""The model's elementwise and fused pieces, behind a tiny dispatch table.
+
+``model.py`` calls only the module-level functions below, never ``torch.nn.functional``
+directly for these pieces, so a kernels module can swap in an NKI custom op with
+``register("relu_squared", fn)`` without touching the model. ``reset()`` restores the
+plain PyTorch implementations (tests use it to compare a kernel with its reference).
+
+Every replacement must keep the reference's signature, shapes, dtype and semantics.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# ----------------------------------------------------------------------------------------
+# Plain PyTorch reference implementations.
+
+
+def _rms_norm(x: Tensor) -> Tensor:
+    """Parameter-free RMSNorm over the last dimension."""
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def _relu_squared(x: Tensor) -> Tensor:
+    return F.relu(x).square()
+
+
+def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate channel pairs (i, i + D/2) of ``x`` [B, H, T, D] by the angles whose cos/sin
+    are given as [1, 1, T, D/2] (broadcastable)."""
+    d = x.size(-1) // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+
+
+def _causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal attention; q [B, H, T, D], k/v [B, Hkv, T, D] with Hkv dividing H (GQA).
+
+    KV heads are expanded explicitly rather than with ``enable_gqa`` so that every
+    backend (including Neuron's) sees a plain multi-head SDPA.
+    """
+    n_rep = q.size(1) // k.size(1)
+    if n_rep > 1:
+        k = k.repeat_interleave(n_rep, dim=1)
+        v = v.repeat_interleave(n_rep, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _softcap(logits: Tensor, cap: float) -> Tensor:
+    return cap * torch.tanh(logits / cap)
+
+
+def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+    """Cross-entropy in float32 over the last dimension; ``reduction="none"`` keeps the
+    targets' shape."""
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        targets.reshape(-1),
+        ignore_index=ignore_index,
+        reduction=reduction,
+    )
+    return loss.view(targets.shape) if reduction == "none" else loss
+
+
+_DEFAULTS: dict[str, Callable[..., Tensor]] = {
+    "rms_norm": _rms_norm,
+    "relu_squared": _relu_squared,
+    "apply_rotary": _apply_rotary,
+    "causal_attention": _causal_attention,
+    "softcap": _softcap,
+    "cross_entropy": _cross_entropy,
+}
+
+OPS: dict[str, Callable[..., Tensor]] = dict(_DEFAULTS)
+
+
+def register(name: str, fn: Callable[..., Tensor]) -> None:
+    """Replace the implementation of op ``name`` for every model in this process."""
+    if name not in _DEFAULTS:
+        raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(_DEFAULTS))}")
+    OPS[name] = fn
+
+
+def reset(name: str | None = None) -> None:
+    """Restore the plain PyTorch implementation of ``name`` (or of every op)."""
+    if name is None:
+        OPS.clear()
+        OPS.update(_DEFAULTS)
+    elif name in _DEFAULTS:
+        OPS[name] = _DEFAULTS[name]
+    else:
+        raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(_DEFAULTS))}")
+
+
+def reference(name: str) -> Callable[..., Tensor]:
+    """The plain PyTorch implementation of ``name`` (what a kernel is tested against)."""
+    return _DEFAULTS[name]
+
+
+# ----------------------------------------------------------------------------------------
+# What the model calls. Looked up at call time so that register() takes effect at once.
+
+
+def rms_norm(x: Tensor) -> Tensor:
+    return OPS["rms_norm"](x)
+
+
+def relu_squared(x: Tensor) -> Tensor:
+    return OPS["relu_squared"](x)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return OPS["apply_rotary"](x, cos, sin)
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return OPS["causal_attention"](q, k, v)
+
+
+def softcap(logits: Tensor, cap: float) -> Tensor:
+    return OPS["softcap"](logits, cap)
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+    return OPS["cross_entropy"](logits, targets, ignore_index=ignore_index, reduction=reduction)
