@@ -127,6 +127,18 @@ class Muon(torch.optim.Optimizer):
             # One tensor per group and name: never shared between groups.
             for name in HYPERPARAMS:
                 group[name] = _as_hyper_tensor(group[name], device)
+            # State is created up front, not on the first step, so that a compiled step
+            # sees the same state structure from its first call (no recompile at step 2).
+            for p in group["params"]:
+                self._init_state(p, group)
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p)
+        if group["normuon"] and "second_moment" not in state:
+            state["second_moment"] = torch.zeros(p.shape[0], 1, dtype=torch.float32, device=p.device)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load state, then copy the saved hyperparameters into the existing tensors so
@@ -155,10 +167,7 @@ class Muon(torch.optim.Optimizer):
         for p in group["params"]:
             if p.grad is None:
                 continue
-            state = self.state[p]
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(p)
-            buf = state["momentum_buffer"]
+            buf = self._init_state(p, group)["momentum_buffer"]
             g = p.grad
             one_minus = 1.0 - momentum.to(g.dtype)
             buf.lerp_(g, one_minus)
@@ -191,10 +200,7 @@ class Muon(torch.optim.Optimizer):
         row_sq = ortho.square().mean(dim=-1, keepdim=True)  # [N, rows, 1]
         out = []
         for i, p in enumerate(params):
-            state = self.state[p]
-            if "second_moment" not in state:
-                state["second_moment"] = torch.zeros_like(row_sq[i])
-            v = state["second_moment"]
+            v = self.state[p]["second_moment"]
             v.lerp_(row_sq[i], 1.0 - beta2)
             scaled = ortho[i] / (v.sqrt() + eps)
             scaled = scaled * (ortho[i].norm() / (scaled.norm() + eps))
