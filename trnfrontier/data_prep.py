@@ -1,0 +1,136 @@
+"""The library behind `trnf prepare`: drive the trusted prepare.py's setup with rich progress.
+
+The data work itself lives in the selected prepare.py (the project's, or the organisers'
+with ``trnf --prepare PATH``); this module only shows progress, maps its errors to
+``TrnfError`` and records which prepare.py did the work.
+"""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from trnfrontier.console import err
+from trnfrontier.contract import TrustedContract, load_contract
+from trnfrontier.errors import TrnfError
+
+STAGE_LABELS = {"download": "downloading shards", "tokenizer": "training tokenizer", "tokenize": "tokenizing"}
+
+ProgressCallback = Callable[[str, int, "int | None", str], None]
+
+
+@contextmanager
+def rich_progress(enabled: bool = True) -> Iterator[ProgressCallback]:
+    """A ``progress(stage, done, total, unit)`` callback drawing one rich bar per stage on stderr."""
+    if not enabled:
+        yield lambda stage, done, total, unit: None
+        return
+    bars = Progress(
+        TextColumn("{task.description:<20}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err(),
+        transient=False,
+    )
+    tasks: dict[str, Any] = {}
+
+    def update(stage: str, done: int, total: int | None, unit: str) -> None:
+        if stage not in tasks:
+            tasks[stage] = bars.add_task(STAGE_LABELS.get(stage, stage), total=total)
+        bars.update(tasks[stage], completed=done, total=total)
+
+    with bars:
+        yield update
+
+
+def run_prepare(
+    source: str = "climbmix",
+    path: str | None = None,
+    num_train_shards: int | None = None,
+    *,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """Prepare a dataset with the selected trusted prepare.py; returns its summary plus
+    ``prepare_path`` and ``prepare_sha256``."""
+    contract = load_contract()
+    setup = getattr(contract.module, "setup", None)
+    if not callable(setup):
+        summary = _run_setup_cli(contract, source, path, num_train_shards)
+    else:
+        kwargs: dict[str, Any] = {"source": source, "path": path}
+        if num_train_shards is not None:
+            kwargs["num_train_shards"] = num_train_shards
+        prepare_error = getattr(contract.module, "PrepareError", None)
+        try:
+            with rich_progress(show_progress) as progress:
+                summary = setup(progress=progress, **kwargs)
+        except Exception as exc:
+            if prepare_error is not None and isinstance(exc, prepare_error):
+                raise TrnfError(str(exc)) from None
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise TrnfError(f"disk full ({exc.filename or 'data directory'}); free space and rerun `trnf prepare`") from None
+            raise
+    summary = dict(summary)
+    summary["prepare_path"] = str(contract.path)
+    summary["prepare_sha256"] = contract.sha256
+    return summary
+
+
+def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num_train_shards: int | None) -> dict[str, Any]:
+    """A prepare.py without a setup() function (the organisers' kit): run its command line."""
+    if source != "climbmix" or path is not None:
+        raise TrnfError(
+            f"{contract.path} has no setup() function, so only its own `setup` command (climbmix) can run; "
+            "drop --source/--path or use the project's prepare.py"
+        )
+    command = [sys.executable, str(contract.path), "setup"]
+    if num_train_shards is not None:
+        command += ["--num-train-shards", str(num_train_shards)]
+    completed = subprocess.run(command, stdout=sys.stderr, check=False)
+    if completed.returncode != 0:
+        raise TrnfError(f"`{' '.join(command)}` failed with exit code {completed.returncode}; see its output above")
+    return {"source": source}
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    """The final table `trnf prepare` prints."""
+    table = Table(title="trnf prepare", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", overflow="fold")
+
+    def number(key: str) -> str:
+        value = summary.get(key)
+        return f"{value:,}" if isinstance(value, int) else "-"
+
+    per_token = summary.get("bytes_per_token")
+    rows = [
+        ("source", str(summary.get("source", "-"))),
+        ("dataset", str(summary.get("dataset_dir", "-"))),
+        ("documents", number("documents")),
+        ("bytes", number("bytes")),
+        ("tokens", number("tokens")),
+        ("bytes/token", f"{per_token:.3f}" if isinstance(per_token, float) else "-"),
+        ("tokenizer SHA256", str(summary.get("tokenizer_sha256", "-"))),
+        ("prepare.py SHA256", str(summary.get("prepare_sha256", "-"))),
+        ("prepare.py", str(summary.get("prepare_path", "-"))),
+    ]
+    if "reused" in summary:
+        rows.append(("reused", "yes (verified against the manifest)" if summary["reused"] else "no (built now)"))
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
