@@ -1,0 +1,482 @@
+"""Checkpoints: written atomically, loaded without unpickling anything.
+
+A resumable checkpoint is a directory ``checkpoints/step_XXXXXX/``:
+
+    model.safetensors   weights (float32 master copy), model config in its metadata
+    meta.json           model config, recipe, step, tokens, charged seconds, SHA256s
+    optim.pt            optimizer state dicts (torch.save; loaded with weights_only=True)
+    state.json          per-rank data-loader state and Python/NumPy RNG states
+    rng.safetensors     per-rank torch RNG states (CPU and device)
+
+The final checkpoint ``final/`` is consolidated (one single-device file set):
+``model.safetensors``, ``meta.json`` and the kit's ``final.pt`` (``model_state``,
+``model_config``, ``meta``).
+
+Atomicity: every file goes to a temporary name in its own directory, is fsynced and then
+``os.replace``d, and the directory is fsynced; a checkpoint directory is assembled under a
+temporary name and renamed into place. A kill at any moment leaves either the old complete
+checkpoint or the new complete one, never a torn one under a real name.
+
+Safetensors is read and written here with the standard library (the format is a JSON
+header and raw little-endian bytes), so a submission needs no extra package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import sys
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Mapping
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from trnfrontier.runtime.model import GPT, ROTARY_CONTEXT_FACTOR, GPTConfig
+
+CHECKPOINTS_DIR = "checkpoints"
+FINAL_DIR = "final"
+MODEL_FILE = "model.safetensors"
+META_FILE = "meta.json"
+OPTIM_FILE = "optim.pt"
+STATE_FILE = "state.json"
+RNG_FILE = "rng.safetensors"
+KIT_FILE = "final.pt"
+CHECKPOINT_FORMAT = "trnfrontier-checkpoint/1"
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
+_TEMP_PREFIXES = (".tmp-", ".old-")
+
+# ---------------------------------------------------------------------------- atomic files
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in ``path`` durable (no-op where directories can't be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write ``path`` through ``write(handle)`` into a temporary file beside it, fsync,
+    rename over ``path`` and fsync the directory. On any failure ``path`` is untouched."""
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda handle: handle.write(data))
+
+
+def atomic_write_json(path: Path, document: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def _write_file(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """A plain durable write (inside a temporary directory that is renamed as a whole)."""
+    with open(path, "wb") as handle:
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_directory(target: Path, files: Mapping[str, Callable[[IO[bytes]], None]]) -> Path:
+    """Create directory ``target`` holding ``files`` (name -> writer), atomically.
+
+    The files are written under ``.tmp-<name>.<pid>`` and the directory renamed into place.
+    An existing ``target`` is first moved aside and removed only once the new one is in.
+    """
+    target = Path(target)
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".tmp-{target.name}.{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        for name, write in files.items():
+            _write_file(tmp / name, write)
+        fsync_dir(tmp)
+        old = None
+        if target.exists():
+            old = parent / f".old-{target.name}.{os.getpid()}"
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(target, old)
+        os.replace(tmp, target)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------------------- safetensors
+
+_ST_DTYPES: dict[torch.dtype, str] = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+_ST_TORCH = {name: dtype for dtype, name in _ST_DTYPES.items()}
+_ST_MAX_HEADER = 100 * 1024 * 1024
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return b""
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+def write_safetensors(handle: IO[bytes], tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
+    """Serialise ``tensors`` in the safetensors format (what ``safetensors.torch.save`` writes)."""
+    if sys.byteorder != "little":
+        raise RuntimeError("safetensors is little-endian; this writer does not byte-swap")
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs: list[bytes] = []
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.dtype not in _ST_DTYPES:
+            raise TypeError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store here")
+        blob = _tensor_bytes(t)
+        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    handle.write(struct.pack("<Q", len(raw)))
+    handle.write(raw)
+    for blob in blobs:
+        handle.write(blob)
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Load every tensor (on CPU) and the string metadata of a safetensors file."""
+    data = Path(path).read_bytes()
+    if len(data) < 8:
+        raise ValueError(f"{path}: not a safetensors file (too short)")
+    (size,) = struct.unpack("<Q", data[:8])
+    if size > _ST_MAX_HEADER or 8 + size > len(data):
+        raise ValueError(f"{path}: not a safetensors file (bad header size)")
+    try:
+        header = json.loads(data[8 : 8 + size].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a safetensors file ({exc})") from None
+    metadata = header.pop("__metadata__", None) or {}
+    base = 8 + size
+    tensors: dict[str, torch.Tensor] = {}
+    for name, info in header.items():
+        dtype = _ST_TORCH.get(info.get("dtype"))
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name!r} has unsupported dtype {info.get('dtype')!r}")
+        begin, end = info["data_offsets"]
+        shape = [int(d) for d in info["shape"]]
+        if not 0 <= begin <= end <= len(data) - base:
+            raise ValueError(f"{path}: tensor {name!r} lies outside the file")
+        numel = 1
+        for d in shape:
+            numel *= d
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if end - begin != numel * itemsize:
+            raise ValueError(f"{path}: tensor {name!r} has {end - begin} bytes for shape {shape} {info['dtype']}")
+        if numel == 0:
+            tensors[name] = torch.empty(shape, dtype=dtype)
+            continue
+        # Copy into a fresh (aligned, writable) buffer before reinterpreting the bytes.
+        buf = torch.frombuffer(bytearray(data[base + begin : base + end]), dtype=torch.uint8)
+        tensors[name] = buf.view(dtype).reshape(shape)
+    return tensors, metadata
+
+
+# ---------------------------------------------------------------------------- model state
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain module under DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod  # type: ignore[assignment]
+        elif isinstance(model, nn.parallel.DistributedDataParallel) or hasattr(model, "module") and isinstance(getattr(model, "module"), nn.Module):
+            model = model.module  # type: ignore[assignment]
+        else:
+            return model
+
+
+def model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The consolidated, single-device state dict: CPU tensors, wrapper prefixes removed."""
+    state = unwrap(model).state_dict()
+    return {name: t.detach().to("cpu").contiguous() for name, t in state.items()}
+
+
+def _clean_keys(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in state.items():
+        for prefix in ("module.", "_orig_mod."):
+            while name.startswith(prefix):
+                name = name[len(prefix) :]
+        out[name] = t
+    return out
+
+
+def build_model(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], device: str | torch.device = "cpu") -> GPT:
+    """A GPT from a stored config and state dict, without drawing random numbers."""
+    cfg = GPTConfig.from_dict(dict(config))
+    with torch.device("meta"):
+        model = GPT(cfg)
+    model.to_empty(device=torch.device(device))
+    model.load_state_dict(_clean_keys(state), strict=True)
+    # The rotary tables are not stored (derived from the config); rebuild them.
+    model.init_rotary(cfg.sequence_len * ROTARY_CONTEXT_FACTOR)
+    return model
+
+
+def _model_writer(model: nn.Module, config: Mapping[str, Any]) -> Callable[[IO[bytes]], None]:
+    state = model_state(model)
+    metadata = {"format": "pt", "model_config": json.dumps(dict(config), sort_keys=True)}
+    return lambda handle: write_safetensors(handle, state, metadata)
+
+
+def _json_writer(document: Any) -> Callable[[IO[bytes]], None]:
+    raw = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return lambda handle: handle.write(raw)
+
+
+def _torch_writer(obj: Any) -> Callable[[IO[bytes]], None]:
+    return lambda handle: torch.save(obj, handle)
+
+
+def _config_of(model: nn.Module) -> dict[str, Any]:
+    return unwrap(model).config.to_dict()  # type: ignore[union-attr,operator]
+
+
+# ---------------------------------------------------------------------------- RNG state
+
+
+def capture_rng(device: torch.device) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(JSON-able Python/NumPy RNG state, torch RNG state tensors) of this process."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    plain = {
+        "python": [version, list(internal), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        tensors["device"] = torch.cuda.get_rng_state(device)
+    return plain, tensors
+
+
+def restore_rng(plain: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], device: torch.device) -> None:
+    version, internal, gauss = plain["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = plain["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch_cpu"])
+    if device.type == "cuda" and "device" in tensors:
+        torch.cuda.set_rng_state(tensors["device"], device)
+
+
+# ---------------------------------------------------------------------------- resumable checkpoints
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete resumable checkpoints of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and child.is_dir() and all((child / f).is_file() for f in (MODEL_FILE, META_FILE, OPTIM_FILE, STATE_FILE)):
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Temporary directories of a write that was killed (only rank 0 writes, one at a time)."""
+    for child in root.iterdir():
+        if child.name.startswith(_TEMP_PREFIXES):
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def save_checkpoint(
+    run_dir: Path,
+    *,
+    step: int,
+    model: nn.Module,
+    optimizers: Iterable[torch.optim.Optimizer],
+    meta: Mapping[str, Any],
+    rank_states: list[dict[str, Any]],
+    rank_rng: list[dict[str, torch.Tensor]],
+    keep_last: int = 2,
+) -> Path:
+    """Write ``checkpoints/step_XXXXXX/`` atomically and keep the newest ``keep_last``.
+
+    ``rank_states[r]`` is rank r's JSON-able state (data-loader state, Python/NumPy RNG);
+    ``rank_rng[r]`` its torch RNG tensors. Call on rank 0 only.
+    """
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(root)
+    config = _config_of(model)
+    full_meta = {**meta, "format": CHECKPOINT_FORMAT, "step": step, "model_config": config}
+    state = {"step": step, "ranks": rank_states}
+    rng = {f"rank{r}.{name}": t for r, tensors in enumerate(rank_rng) for name, t in tensors.items()}
+    optim_state = {"optimizers": [opt.state_dict() for opt in optimizers]}
+    target = write_directory(
+        root / step_dir_name(step),
+        {
+            MODEL_FILE: _model_writer(model, config),
+            OPTIM_FILE: _torch_writer(optim_state),
+            RNG_FILE: lambda handle: write_safetensors(handle, rng),
+            STATE_FILE: _json_writer(state),
+            META_FILE: _json_writer(full_meta),
+        },
+    )
+    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def load_checkpoint(
+    checkpoint_dir: Path,
+    model: nn.Module,
+    optimizers: Iterable[torch.optim.Optimizer],
+    device: torch.device,
+    rank: int = 0,
+) -> dict[str, Any]:
+    """Restore weights and optimizer state in place; return ``{"meta", "state", "rng"}``
+    where ``state`` is this rank's saved state and ``rng`` its torch RNG tensors."""
+    checkpoint_dir = Path(checkpoint_dir)
+    meta = json.loads((checkpoint_dir / META_FILE).read_text(encoding="utf-8"))
+    weights, _ = read_safetensors(checkpoint_dir / MODEL_FILE)
+    unwrap(model).load_state_dict(_clean_keys(weights), strict=True)
+    optim_state = torch.load(checkpoint_dir / OPTIM_FILE, map_location=device, weights_only=True)
+    optimizers = list(optimizers)
+    saved = optim_state["optimizers"]
+    if len(saved) != len(optimizers):
+        raise ValueError(f"{checkpoint_dir}: {len(saved)} optimizer states for {len(optimizers)} optimizers")
+    for opt, sd in zip(optimizers, saved):
+        opt.load_state_dict(sd)
+    state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
+    ranks = state["ranks"]
+    if rank >= len(ranks):
+        raise ValueError(f"{checkpoint_dir} was written by {len(ranks)} ranks; rank {rank} has no state (resume with the same --nproc)")
+    rng_all, _ = read_safetensors(checkpoint_dir / RNG_FILE) if (checkpoint_dir / RNG_FILE).is_file() else ({}, {})
+    prefix = f"rank{rank}."
+    rng = {name[len(prefix) :]: t for name, t in rng_all.items() if name.startswith(prefix)}
+    return {"meta": meta, "state": ranks[rank], "rng": rng}
+
+
+# ---------------------------------------------------------------------------- final checkpoint
+
+
+def save_final(run_dir: Path, model: nn.Module, meta: Mapping[str, Any]) -> Path:
+    """Write the consolidated ``final/``: model.safetensors, meta.json and the kit's final.pt."""
+    config = _config_of(model)
+    full_meta = {**meta, "format": CHECKPOINT_FORMAT, "model_config": config}
+    state = model_state(model)
+    kit = {"model_state": state, "model_config": config, "meta": json.loads(json.dumps(full_meta))}
+    return write_directory(
+        Path(run_dir) / FINAL_DIR,
+        {
+            MODEL_FILE: _model_writer(model, config),
+            KIT_FILE: _torch_writer(kit),
+            META_FILE: _json_writer(full_meta),
+        },
+    )
+
+
+def _resolve_model_file(path: Path) -> Path:
+    """A run dir, checkpoint dir, model.safetensors or final.pt -> the file holding weights."""
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such checkpoint file or directory")
+    for candidate in (path / MODEL_FILE, path / KIT_FILE, path / FINAL_DIR / MODEL_FILE, path / FINAL_DIR / KIT_FILE):
+        if candidate.is_file():
+            return candidate
+    latest = latest_checkpoint(path)
+    if latest is not None:
+        return latest / MODEL_FILE
+    raise FileNotFoundError(f"{path}: holds no model.safetensors, final.pt, final/ or checkpoints/step_*/")
+
+
+def read_model_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
+    """(model config, CPU state dict, meta) from any accepted checkpoint path."""
+    file = _resolve_model_file(Path(path))
+    if file.suffix == ".safetensors":
+        state, metadata = read_safetensors(file)
+        meta_path = file.with_name(META_FILE)
+        meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        config = meta.get("model_config")
+        if config is None and "model_config" in metadata:
+            config = json.loads(metadata["model_config"])
+        if config is None:
+            raise ValueError(f"{file}: no model config (neither meta.json beside it nor in its metadata)")
+        return config, state, meta
+    blob = torch.load(file, map_location="cpu", weights_only=True)
+    if not isinstance(blob, dict) or "model_state" not in blob or "model_config" not in blob:
+        raise ValueError(f"{file}: not a final.pt (expected a dict with model_state and model_config)")
+    return blob["model_config"], blob["model_state"], blob.get("meta") or {}
+
+
+def load_model(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> GPT:
+    """A GPT from a run dir, checkpoint dir, model.safetensors or final.pt, on ``device``."""
+    config, state, _ = read_model_file(path)
+    return build_model(config, state, device)
+
+
+def load_for_eval(checkpoint_path: str, device: str | torch.device = "cpu") -> nn.Module:
+    """The kit's entry point: a consolidated, single-device, eval-mode model whose forward
+    is pure and causal. Gradients are off; nothing is pickled on the way in."""
+    model = load_model(checkpoint_path, device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
