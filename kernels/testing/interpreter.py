@@ -1,0 +1,118 @@
+"""Run a kernel file's own source with this package standing in for ``nki``.
+
+The mechanism: :func:`load_kernel_module` reads ``kernels/<name>.py``, compiles it under
+its real file name, and executes it as a fresh module while ``sys.modules`` maps
+``nki``, ``nki.language`` and ``nki.isa`` to the stand-ins in this package. The kernel's
+``import nki`` / ``import nki.language as nl`` / ``import nki.isa as nisa`` therefore bind
+to the interpreter, and ``@nki.jit`` wraps the function in :class:`InterpretedKernel`.
+``sys.modules`` is restored afterwards, so a real ``nki`` (when installed) is untouched
+and the same file still imports normally for ``nki.simulate`` or the device.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import isa, language, machine
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent
+
+
+class HostTensor:
+    """A kernel argument with an explicit NKI dtype (NumPy has no bfloat16)."""
+
+    def __init__(self, values: np.ndarray, dtype: machine.DType) -> None:
+        self.values = np.asarray(values, dtype=np.float32 if dtype.is_float else dtype.storage)
+        self.dtype = dtype
+
+
+def bf16(values: np.ndarray) -> HostTensor:
+    """A bfloat16 kernel argument (values rounded to bfloat16)."""
+    return HostTensor(machine.round_bf16(np.asarray(values, dtype=np.float32)), machine.bfloat16)
+
+
+class InterpretedKernel:
+    """What ``@nki.jit`` returns under the interpreter: call it with NumPy arrays."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if machine.STATE.allocator is not None:
+            raise machine.NkiInterpreterError("nested kernel calls are not modelled")
+        machine.STATE.allocator = machine.Allocator()
+        try:
+            result = self.fn(*[_to_hbm(a, i) for i, a in enumerate(args)], **kwargs)
+        finally:
+            machine.STATE.allocator = None
+        return _from_hbm(result)
+
+
+def _to_hbm(arg: Any, position: int) -> Any:
+    if isinstance(arg, HostTensor):
+        values, dtype = arg.values, arg.dtype
+    elif isinstance(arg, np.ndarray):
+        values, dtype = arg, machine.dtype_of(arg)
+    else:
+        return arg  # a compile-time constant (int, float, tuple)
+    tensor = machine.Tensor(values.shape, dtype, machine.hbm, name=f"arg{position}")
+    tensor.values[...] = machine.cast(values, dtype)
+    tensor.written[...] = True
+    return tensor
+
+
+def _from_hbm(result: Any) -> Any:
+    if isinstance(result, tuple):
+        return tuple(_from_hbm(r) for r in result)
+    if not isinstance(result, machine.Tensor):
+        raise machine.NkiInterpreterError(f"a kernel returns HBM tensors, got {type(result).__name__}")
+    if result.buffer is not machine.shared_hbm:
+        raise machine.NkiInterpreterError(f"kernel outputs must be allocated in nl.shared_hbm, got {result.buffer!r}")
+    if not result.written.all():
+        missing = int(result.written.size - np.count_nonzero(result.written))
+        raise machine.UninitializedReadError(f"kernel output {result.shape}: {missing} element(s) were never written")
+    return np.array(result.values, dtype=np.float32 if result.dtype.is_float else result.dtype.storage)
+
+
+def _fake_nki() -> dict[str, types.ModuleType]:
+    nki = types.ModuleType("nki")
+    nki.__doc__ = "kernels.testing stand-in for nki"
+    nki.jit = lambda fn=None, **_: InterpretedKernel(fn) if fn is not None else (lambda f: InterpretedKernel(f))
+    nki.language = language
+    nki.isa = isa
+    return {"nki": nki, "nki.language": language, "nki.isa": isa}
+
+
+def load_kernel_module(name: str, patches: Sequence[tuple[str, str]] = ()) -> types.ModuleType:
+    """Execute ``kernels/<name>.py`` (or a path) against the interpreter; return the module.
+
+    ``patches`` are (old, new) source replacements, each of which must match exactly once:
+    how tests plant a mutation in the real kernel source.
+    """
+    path = Path(name) if name.endswith(".py") else KERNELS_DIR / f"{name}.py"
+    source = path.read_text(encoding="utf-8")
+    for old, new in patches:
+        count = source.count(old)
+        if count != 1:
+            raise ValueError(f"patch {old!r} matches {count} times in {path}, expected exactly once")
+        source = source.replace(old, new)
+    module = types.ModuleType(f"kernels_interpreted.{path.stem}")
+    module.__file__ = str(path)
+    saved = {key: sys.modules.get(key) for key in ("nki", "nki.language", "nki.isa")}
+    sys.modules.update(_fake_nki())
+    try:
+        exec(compile(source, str(path), "exec"), module.__dict__)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = value
+    return module
