@@ -1,10 +1,54 @@
-"""`trnf verify` (not built yet: issue #5)."""
+"""`trnf verify ARCHIVE`: every check the organisers' gate would run, before an upload is spent."""
 
 from __future__ import annotations
 
-from trnfrontier.errors import not_built
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from trnfrontier.console import err, out, print_json
+from trnfrontier.errors import UsageError
+from trnfrontier.verify import Options, Report, verify_archive
+
+_STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
 
-def command() -> None:
-    """Not built yet (issue #5)."""
-    raise not_built("verify", 5)
+def _table(report: Report) -> Table:
+    table = Table(title=f"trnf verify {report.archive}", title_justify="left")
+    table.add_column("check")
+    table.add_column("verdict")
+    table.add_column("reason", overflow="fold")
+    for check in report.checks:
+        verdict = check.verdict + ("" if check.required or check.verdict == "pass" else " (optional)")
+        table.add_row(check.name, f"[{_STYLE[check.verdict]}]{verdict}[/]", check.reason)
+    return table
+
+
+def command(
+    archive: Path = typer.Argument(..., help="The submission archive (.tar or .tar.gz)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the whole report as one JSON document."),
+    rerun_eval: bool = typer.Option(False, "--rerun-eval", help="Recompute val_bpb with the trusted evaluate_bpb and compare with the claim."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Run train.py for a few CPU steps in a clean environment with only the organisers' packages."),
+    pins: Optional[Path] = typer.Option(None, "--pins", help="JSON file with prepare_sha256 / tokenizer_sha256 (default $TRNF_HOME/pins.json, else the selected prepare.py and active tokenizer)."),
+    timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds allowed for each subprocess (contract probe, re-eval, dry run)."),
+    steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
+) -> int:
+    """Check a submission archive; exit 0 only if every required check passes."""
+    if not archive.is_file():
+        raise UsageError(f"{archive}: no such file; give the path of a submission archive")
+    options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps)
+    if not json_output:
+        err().print(f"verifying {archive} ...")
+    report = verify_archive(archive, options)
+    if json_output:
+        print_json(report.to_json())
+    else:
+        console = out()
+        console.print(_table(report))
+        for note in report.notes:
+            console.print(f"note: {note}")
+        failed = [c.name for c in report.checks if not c.ok]
+        console.print("[green]PASS[/]: every required check passed" if report.ok else f"[bold red]FAIL[/]: {', '.join(failed)}")
+    return report.exit_code

@@ -1,0 +1,178 @@
+"""`--dry-run`: run the archive's train.py for a few CPU steps in an environment with only the organisers' packages.
+
+The clean environment (why it is trustworthy):
+1. ``python -m venv --without-pip`` makes a fresh virtual environment. A venv never sees
+   the base interpreter's site-packages nor the user site, so it starts with the
+   standard library only.
+2. Its site-packages receives *symlinks* to exactly the organisers' distributions
+   (torch, numpy, tiktoken, pyarrow, plus torch-neuronx / nki / neuronx-cc / torch-xla
+   where installed) and their runtime dependencies, found by walking
+   ``importlib.metadata`` requirements (extras excluded, markers evaluated), and to the
+   trusted prepare.py. Nothing else: ``import trnfrontier``, ``pydantic``, ``typer`` or
+   ``rich`` raises ModuleNotFoundError.
+3. torchrun runs under that venv's interpreter with ``-I`` (no PYTHONPATH, no user
+   site) and a scrubbed environment, so the workers it spawns (``sys.executable``)
+   are confined the same way.
+
+The run is a copy of the archive's code (not its checkpoint) in a temporary directory.
+train.py is told to be short through environment variables that packaged and kit-style
+train.py files honour: ``TRNF_DRY_RUN_STEPS`` (stop after that many steps),
+``TRNF_DEVICE=cpu`` and ``TRNF_DIST_BACKEND=gloo``. It must exit 0 and write a
+checkpoint (``out/final.pt`` as the kit does, else the newest ``*.pt``), which is then
+loaded through ``load_for_eval`` by the probe, in the same clean environment.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from trnfrontier.verify.contract import run_in_group, run_probe
+
+ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
+OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
+DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
+
+
+@dataclass
+class DryRunResult:
+    passed: bool
+    reason: str
+
+
+def _requirement_names(dist: metadata.Distribution) -> list[str]:
+    names: list[str] = []
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pragma: no cover - packaging ships with pip/setuptools everywhere
+        Requirement = None  # type: ignore[assignment]
+    for spec in dist.requires or []:
+        if Requirement is not None:
+            req = Requirement(spec)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            names.append(req.name)
+        elif "extra ==" not in spec:
+            names.append(re.split(r"[\s;<>=!~\[(]", spec, maxsplit=1)[0])
+    return names
+
+
+def distribution_closure(roots: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[metadata.Distribution]:
+    """The installed distributions ``roots`` need at run time (``optional`` ones when installed)."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = [(name, True) for name in roots] + [(name, False) for name in optional]
+    while todo:
+        name, required = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in found:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            if required:
+                raise
+            continue
+        found[key] = dist
+        todo.extend((dep, False) for dep in _requirement_names(dist))
+    return list(found.values())
+
+
+def _top_level_entries(dist: metadata.Distribution) -> set[Path]:
+    """The site-packages entries a distribution installed (packages, modules, .libs, dist-info)."""
+    entries: set[Path] = set()
+    for file in dist.files or []:
+        parts = Path(str(file)).parts
+        if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith(".pth"):
+            continue
+        entries.add(Path(dist.locate_file(parts[0])))
+    return {e for e in entries if e.exists()}
+
+
+def build_clean_env(dest: Path, prepare: Path | None) -> Path:
+    """Create the clean venv under ``dest``; returns its python."""
+    venv = dest / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
+    )
+    for dist in distribution_closure(ORGANISER_DISTRIBUTIONS, OPTIONAL_DISTRIBUTIONS):
+        for entry in _top_level_entries(dist):
+            link = site / entry.name
+            if not link.exists():
+                link.symlink_to(entry)
+    if prepare is not None:
+        (site / "prepare.py").symlink_to(prepare)
+    return python
+
+
+def _clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -> dict[str, str]:
+    env = {
+        "PATH": f"{home.parent / 'venv' / 'bin'}:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "NEURON_LOGICAL_NC_CONFIG": str(lnc),
+        DRY_RUN_STEPS_ENV: str(steps),
+        "TRNF_DEVICE": "cpu",
+        "TRNF_DIST_BACKEND": "gloo",
+        "TRNF_STEP_LOG": str(run_dir / "step_boundaries.jsonl"),
+    }
+    # The data a train.py reads comes through prepare.py, which finds it here.
+    for name in ("TRNF_HOME", "TRNF_DATASET"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    return env
+
+
+def _find_checkpoint(run_dir: Path) -> Path | None:
+    kit = run_dir / "out" / "final.pt"
+    if kit.is_file():
+        return kit
+    found = sorted(run_dir.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, prepare: Path | None, steps: int, timeout: float) -> DryRunResult:
+    """Run the dry run under ``work`` (an empty temporary directory)."""
+    try:
+        python = build_clean_env(work, prepare)
+    except (subprocess.CalledProcessError, OSError, metadata.PackageNotFoundError) as exc:
+        return DryRunResult(False, f"could not build the clean environment: {exc}")
+    run_dir = work / "run"
+    home = work / "home"
+    home.mkdir()
+    for name in names:
+        if name.endswith(".py") or name == "launch.txt":
+            target = run_dir.joinpath(*name.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root.joinpath(*name.split("/")), target)
+    env = _clean_environ(home, nproc, lnc, steps, run_dir)
+    cmd = [str(python), "-I", "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
+    code, tail = run_in_group(cmd, cwd=run_dir, env=env, timeout=timeout)
+    if code is None:
+        return DryRunResult(False, f"train.py did not finish {steps} steps within {timeout:g} s ({DRY_RUN_STEPS_ENV}={steps}; process group killed)")
+    if code != 0:
+        last = [line for line in tail.strip().splitlines() if line.strip()]
+        return DryRunResult(False, f"train.py exited {code} under torchrun x{nproc} (gloo, CPU): {(last[-1] if last else '')[:240]}")
+    checkpoint = _find_checkpoint(run_dir)
+    if checkpoint is None:
+        return DryRunResult(False, "train.py exited 0 but wrote no checkpoint (*.pt)")
+    probe = run_probe("load", root=run_dir, checkpoint=checkpoint, prepare=None, timeout=timeout, python=str(python), env=env)
+    if probe.data is None or not probe.data.get("passed"):
+        why = probe.error or probe.data.get("error") or probe.data.get("detail")  # type: ignore[union-attr]
+        return DryRunResult(False, f"checkpoint {checkpoint.relative_to(run_dir)} does not load in the clean environment: {why}")
+    step_log = run_dir / "step_boundaries.jsonl"
+    logged = sum(1 for line in step_log.read_text().splitlines() if line.strip()) if step_log.is_file() else 0
+    return DryRunResult(
+        True,
+        f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: exited 0, {logged} step boundaries, "
+        f"{checkpoint.relative_to(run_dir)} loads via load_for_eval without trnf",
+    )

@@ -1,0 +1,67 @@
+"""launch.txt: the one launch shape the organisers run, and nothing else.
+
+Grammar, after ``shlex`` tokenising in POSIX mode with punctuation characters split out
+(so ``;``, ``|``, ``&``, ``>``, ``<``, ``(``, ``)`` become their own tokens and are refused)::
+
+    NEURON_LOGICAL_NC_CONFIG=(1|2) torchrun --standalone --nproc_per_node=(1|4|8) train.py
+
+Exactly these five tokens in this order. Any other byte that a shell would treat
+specially (``$``, backquotes, newlines beyond a trailing one, ``#``) is refused before
+tokenising, so command substitution and comments cannot hide in a token.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+_SHELL_SPECIAL = set("$`\\\"'#*?[]{}~!")
+_ENV = re.compile(r"^NEURON_LOGICAL_NC_CONFIG=([12])$")
+_NPROC = re.compile(r"^--nproc_per_node=([148])$")
+
+
+@dataclass(frozen=True)
+class Launch:
+    lnc: int
+    nproc: int
+
+
+class LaunchError(ValueError):
+    pass
+
+
+def parse_launch(text: str) -> Launch:
+    """Parse launch.txt content, or raise LaunchError naming what is wrong."""
+    line = text[:-1] if text.endswith("\n") else text
+    if "\n" in line or "\r" in line:
+        raise LaunchError("launch.txt must be a single line")
+    bad = sorted(set(line) & _SHELL_SPECIAL)
+    if bad:
+        raise LaunchError(f"launch line contains shell syntax {' '.join(bad)!s}; only the plain launch command is allowed")
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:
+        raise LaunchError(f"launch line does not tokenise: {exc}") from None
+    operators = [t for t in tokens if t and set(t) <= set("();<>|&")]
+    if operators:
+        raise LaunchError(f"launch line contains {operators[0]!r} (pipes, redirects, chaining and backgrounding are not allowed)")
+    expected = "NEURON_LOGICAL_NC_CONFIG=<1|2> torchrun --standalone --nproc_per_node=<1|4|8> train.py"
+    if len(tokens) != 5:
+        raise LaunchError(f"launch line has {len(tokens)} words, expected exactly: {expected}")
+    env, exe, standalone, nproc, script = tokens
+    env_match = _ENV.match(env)
+    if not env_match:
+        raise LaunchError(f"first word {env!r} must be NEURON_LOGICAL_NC_CONFIG=1 or =2 (and no other variable)")
+    if exe != "torchrun":
+        raise LaunchError(f"launcher {exe!r} must be torchrun")
+    if standalone != "--standalone":
+        raise LaunchError(f"expected --standalone after torchrun, got {standalone!r}")
+    nproc_match = _NPROC.match(nproc)
+    if not nproc_match:
+        raise LaunchError(f"{nproc!r} must be --nproc_per_node=1, 4 or 8")
+    if script != "train.py":
+        raise LaunchError(f"the script must be train.py, got {script!r}")
+    return Launch(lnc=int(env_match.group(1)), nproc=int(nproc_match.group(1)))

@@ -1,0 +1,91 @@
+"""Pins: the SHA256 of the prepare.py and tokenizer a submission must have used.
+
+Pins are configuration, so a team can pin the organisers' copy. In order:
+1. ``trnf verify --pins FILE``;
+2. ``$TRNF_HOME/pins.json`` (``TRNF_HOME`` defaults to ``~/.cache/trnfrontier``);
+3. defaults: the SHA256 of the selected trusted prepare.py (``--prepare`` /
+   ``TRNF_PREPARE`` / the project's) and of the active dataset's
+   ``tokenizer/tokenizer.pkl`` (``TRNF_DATASET`` or ``$TRNF_HOME/active``).
+
+A pins file is JSON: ``{"prepare_sha256": hex, "tokenizer_sha256": hex}``; either key
+may be absent (then that pin comes from the defaults).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.runtime.contract import sha256_file
+
+
+@dataclass(frozen=True)
+class Pin:
+    sha256: str | None
+    source: str  # where the value came from, or why there is none
+
+
+@dataclass(frozen=True)
+class Pins:
+    prepare: Pin
+    tokenizer: Pin
+
+
+def trnf_home() -> Path:
+    return Path(os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier").expanduser()
+
+
+def _active_tokenizer() -> Path | None:
+    home = trnf_home()
+    name = os.environ.get("TRNF_DATASET")
+    if not name and (home / "active").is_file():
+        name = (home / "active").read_text().strip()
+    if not name:
+        return None
+    path = home / "datasets" / name / "tokenizer" / "tokenizer.pkl"
+    return path if path.is_file() else None
+
+
+def _default_prepare() -> Pin:
+    from trnfrontier.contract import selected_prepare_path
+
+    try:
+        path = selected_prepare_path()
+    except TrnfError as exc:
+        return Pin(None, f"no trusted prepare.py to pin ({exc}); pass --pins FILE")
+    return Pin(sha256_file(path), f"SHA256 of {path}")
+
+
+def _default_tokenizer() -> Pin:
+    path = _active_tokenizer()
+    if path is None:
+        return Pin(None, f"no prepared tokenizer under {trnf_home()} (run `trnf prepare` or pin tokenizer_sha256 in a pins file)")
+    return Pin(sha256_file(path), f"SHA256 of {path}")
+
+
+def load_pins(pins_file: Path | None = None) -> Pins:
+    """Resolve the pins (see the module docstring for the order)."""
+    configured: dict[str, object] = {}
+    source = ""
+    candidate = pins_file if pins_file is not None else trnf_home() / "pins.json"
+    if pins_file is not None and not pins_file.is_file():
+        raise UsageError(f"--pins {pins_file}: no such file")
+    if candidate.is_file():
+        try:
+            configured = json.loads(candidate.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TrnfError(f"{candidate} is not valid JSON ({exc}); expected {{\"prepare_sha256\": ..., \"tokenizer_sha256\": ...}}") from None
+        if not isinstance(configured, dict):
+            raise TrnfError(f"{candidate} must be a JSON object with prepare_sha256 / tokenizer_sha256")
+        source = str(candidate)
+
+    def pick(key: str, default) -> Pin:
+        value = configured.get(key)
+        if isinstance(value, str) and value:
+            return Pin(value.lower(), f"{key} in {source}")
+        return default()
+
+    return Pins(prepare=pick("prepare_sha256", _default_prepare), tokenizer=pick("tokenizer_sha256", _default_tokenizer))

@@ -1,0 +1,70 @@
+"""Check and Report: what each verify step concluded, in one line, and the overall verdict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Verdict = Literal["pass", "fail", "skip"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check: its verdict and one line of reason.
+
+    ``required`` checks must pass for the archive to pass; an optional check (the
+    tokenizer pin when no tokenizer is pinned) may skip without failing the run.
+    """
+
+    name: str
+    verdict: Verdict
+    reason: str
+    required: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "pass" or (not self.required and self.verdict == "skip")
+
+
+def passed(name: str, reason: str) -> Check:
+    return Check(name, "pass", reason)
+
+
+def failed(name: str, reason: str) -> Check:
+    return Check(name, "fail", reason)
+
+
+def skipped(name: str, reason: str, *, required: bool = True) -> Check:
+    return Check(name, "skip", reason, required)
+
+
+@dataclass
+class Report:
+    """All checks of one verify run, in the order they ran."""
+
+    archive: str
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, check: Check) -> Check:
+        self.checks.append(check)
+        return check
+
+    def get(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "archive": self.archive,
+            "ok": self.ok,
+            "checks": [asdict(c) | {"ok": c.ok} for c in self.checks],
+            "notes": list(self.notes),
+        }
