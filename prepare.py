@@ -247,6 +247,11 @@ def ensure_tokenizer(build_if_missing: bool = False) -> Tokenizer:
     return tokenizer
 
 
+def tokenizer_sha256() -> str:
+    """SHA256 of the selected dataset's tokenizer file, as recorded in its manifest."""
+    return str(load_manifest()["tokenizer"]["sha256"])
+
+
 def token_bytes_for(tokenizer: Tokenizer) -> Any:
     """int32 numpy array: byte length of every token id, 0 for special tokens."""
     import numpy as np
