@@ -1,0 +1,262 @@
+"""The library behind `trnf eval`: the scorer's number for one or more checkpoints.
+
+Each checkpoint is scored in a fresh process (``trnfrontier.eval_worker``) by the trusted
+``evaluate_bpb`` of the selected prepare.py, after the contract's causality check and a
+batch-independence check. The evaluation length, context and batch size default to the
+ones the trainer used for that run (its summary.json, else the recipe recorded with the
+checkpoint), so the number printed here is the number the trainer recorded; without a
+record they are the contract's public defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trnfrontier.contract import load_contract
+from trnfrontier.errors import TrnfError, UsageError
+
+# Seconds the worker may spend beyond the evaluation timeout before it is killed: model
+# load, the two checks and interpreter start-up. evaluate_bpb itself stops at the timeout.
+LOAD_GRACE_SECONDS = 300.0
+# The contract's eval_public default, used when nothing is recorded.
+DEFAULT_BATCH_SIZE = 8
+SUMMARY_FILE = "summary.json"
+META_FILE = "meta.json"
+FINAL_DIR = "final"
+
+
+@dataclass
+class EvalOptions:
+    """What the command line chose; ``None`` means "as recorded, else the contract's default"."""
+
+    tokens: str | None = None
+    seq_len: int | None = None
+    batch_size: int | None = None
+    device: str = "auto"
+    timeout: float | None = None
+    allow_mismatch: bool = False
+    sample_tokens: int = 0
+    prompt: str = ""
+    temperature: float = 0.8
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to score: a trnf checkpoint path, or a kit train.py with its checkpoint."""
+
+    path: Path
+    train_py: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.path} (via {self.train_py.name})" if self.train_py else str(self.path)
+
+
+def parse_tokens(value: str, prepare: Any) -> int:
+    """``public`` (2,097,152), ``official`` (20,971,520) or a positive count (``_`` allowed)."""
+    presets = {"public": prepare.EVAL_TOKENS_PUBLIC, "official": prepare.EVAL_TOKENS_OFFICIAL}
+    if value.lower() in presets:
+        return int(presets[value.lower()])
+    try:
+        count = int(value.replace("_", ""))
+    except ValueError:
+        raise UsageError(f"--tokens {value!r}: give public, official or a number of tokens") from None
+    if count < 1:
+        raise UsageError(f"--tokens {value}: must be positive")
+    return count
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _run_dir(path: Path) -> Path | None:
+    """The run directory a checkpoint belongs to (the one holding summary.json), if any."""
+    start = path if path.is_dir() else path.parent
+    for candidate in (start, *list(start.parents)[:3]):
+        if (candidate / SUMMARY_FILE).is_file():
+            return candidate
+    return None
+
+
+def _meta(path: Path) -> dict[str, Any] | None:
+    """meta.json written with the checkpoint (beside a file, inside a checkpoint dir, or final/)."""
+    for candidate in (
+        path.with_name(META_FILE) if path.is_file() else path / META_FILE,
+        path / FINAL_DIR / META_FILE,
+    ):
+        found = _read_json(candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_final(path: Path, run_dir: Path) -> bool:
+    """Whether ``path`` names the run's final checkpoint (the one its summary's val_bpb scores)."""
+    resolved = path.resolve()
+    final = (run_dir / FINAL_DIR).resolve()
+    return resolved == run_dir.resolve() and final.is_dir() or resolved == final or resolved.parent == final
+
+
+def recorded_settings(path: Path) -> dict[str, Any]:
+    """The eval length/context/batch the trainer used for this checkpoint's run, and its score."""
+    found: dict[str, Any] = {}
+    run_dir = _run_dir(path)
+    summary = _read_json(run_dir / SUMMARY_FILE) if run_dir else None
+    meta = _meta(path)
+    recipe = (meta or {}).get("recipe") or (_read_json(run_dir / "recipe.json") if run_dir else None) or {}
+    eval_section = recipe.get("eval") if isinstance(recipe.get("eval"), dict) else {}
+    for key, summary_key in (("tokens", "eval_tokens"), ("seq_len", "eval_seq_len"), ("batch_size", "eval_batch_size")):
+        if summary and summary.get(summary_key):
+            found[key] = int(summary[summary_key])
+            found[f"{key}_source"] = f"{run_dir / SUMMARY_FILE}"
+        elif eval_section.get(key):
+            found[key] = int(eval_section[key])
+            found[f"{key}_source"] = "recipe recorded with the checkpoint"
+    if summary and run_dir is not None and _is_final(path, run_dir) and summary.get("val_bpb") is not None:
+        found["recorded_val_bpb"] = summary["val_bpb"]
+    return found
+
+
+def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> dict[str, Any]:
+    """The settings one worker runs with, each with where it came from."""
+    recorded = recorded_settings(target.path)
+    if options.tokens is not None:
+        tokens, tokens_source = parse_tokens(options.tokens, prepare), "--tokens"
+    else:
+        tokens = recorded.get("tokens", int(prepare.EVAL_TOKENS_PUBLIC))
+        tokens_source = recorded.get("tokens_source", "contract EVAL_TOKENS_PUBLIC")
+    if options.seq_len is not None:
+        seq_len, seq_source = options.seq_len, "--seq-len"
+    else:
+        seq_len = recorded.get("seq_len", int(prepare.EVAL_SEQ_LEN))
+        seq_source = recorded.get("seq_len_source", "contract EVAL_SEQ_LEN")
+    batch_size = options.batch_size or recorded.get("batch_size", DEFAULT_BATCH_SIZE)
+    timeout = options.timeout if options.timeout is not None else float(prepare.EVAL_TIMEOUT_SECONDS)
+    return {
+        "path": str(target.path),
+        "train_py": str(target.train_py) if target.train_py else None,
+        "checkpoint": str(target.path) if target.train_py else None,
+        "tokens": tokens,
+        "tokens_source": tokens_source,
+        "seq_len": seq_len,
+        "seq_len_source": seq_source,
+        "batch_size": batch_size,
+        "device": options.device,
+        "timeout": timeout,
+        "allow_mismatch": options.allow_mismatch,
+        "sample_tokens": options.sample_tokens,
+        "prompt": options.prompt,
+        "temperature": options.temperature,
+        "threads": options.threads,
+        "recorded_val_bpb": recorded.get("recorded_val_bpb"),
+    }
+
+
+def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised."""
+    deadline = spec["timeout"] + LOAD_GRACE_SECONDS
+    command = [sys.executable, "-m", "trnfrontier.eval_worker", json.dumps(spec)]
+    try:
+        # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
+        done = subprocess.run(command, capture_output=True, text=True, timeout=deadline, env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        return {
+            "error": f"did not finish within {deadline:g} s (--timeout {spec['timeout']:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
+            "error_kind": "timeout",
+        }
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        tail = [line for line in done.stderr.splitlines() if line.strip()]
+        last = tail[-1] if tail else "no output"
+        return {"error": f"the evaluation process died (exit {done.returncode}): {last}", "error_kind": "crash"}
+    return result
+
+
+def verdict(result: dict[str, Any]) -> tuple[str, list[str]]:
+    """``ok``, ``invalid`` or ``error``, with the reasons a score may not be trusted."""
+    if "error" in result:
+        return "error", [result["error"]]
+    reasons = []
+    causality = result.get("causality") or {}
+    if not causality.get("passed"):
+        reasons.append(f"causality check failed (logits changed by {causality.get('max_abs_diff', float('nan')):.3g} when future tokens changed)")
+    batch = result.get("batch_independence") or {}
+    if not batch.get("passed"):
+        reasons.append(
+            f"batch-independence check failed (a row's logits changed by {batch.get('max_abs_diff', float('nan')):.3g} "
+            f"with batch size, neighbours or a repeated call; tolerance {batch.get('tolerance', float('nan')):.3g})"
+        )
+    if result.get("eval_over_timeout"):
+        reasons.append(f"evaluation exceeded the {result.get('timeout', 0):g} s timeout; the score covers only part of the tokens")
+    value = result.get("val_bpb")
+    if value is None or not math.isfinite(value):
+        reasons.append("val_bpb is not a finite number")
+    return ("invalid" if reasons else "ok"), reasons
+
+
+def rank(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Valid scores first by val_bpb, then invalid ones, then failures; delta to the best valid one."""
+    order = {"ok": 0, "invalid": 1, "error": 2}
+
+    def key(r: dict[str, Any]) -> tuple[int, float]:
+        value = r.get("val_bpb")
+        return order[r["status"]], value if isinstance(value, (int, float)) and math.isfinite(value) else math.inf
+
+    ranked = sorted(results, key=key)
+    best = next((r["val_bpb"] for r in ranked if r["status"] == "ok"), None)
+    for r in ranked:
+        value = r.get("val_bpb")
+        r["delta_to_best"] = value - best if best is not None and isinstance(value, (int, float)) else None
+    return ranked
+
+
+def evaluate(targets: list[Target], options: EvalOptions, progress: Any = None) -> dict[str, Any]:
+    """Score every target in its own process; the JSON document `trnf eval --json` prints."""
+    if not targets:
+        raise UsageError("give at least one PATH (run dir, checkpoint dir or file) or --train-py with --checkpoint")
+    contract = load_contract()
+    prepare = contract.module
+    for name in ("evaluate_bpb", "causality_check", "ensure_tokenizer", "EVAL_SEQ_LEN", "EVAL_TOKENS_PUBLIC"):
+        if not hasattr(prepare, name):
+            raise TrnfError(f"{contract.path} has no {name}; it is not a trusted prepare.py this tool can score with")
+    results = []
+    for target in targets:
+        spec = worker_spec(target, options, prepare)
+        if progress is not None:
+            progress(f"evaluating {target.label}: {spec['tokens']:,} tokens, seq_len {spec['seq_len']}, batch {spec['batch_size']} ...")
+        result = {
+            key: spec[key]
+            for key in ("tokens_source", "seq_len", "seq_len_source", "batch_size", "timeout", "recorded_val_bpb")
+        }
+        result.update({"path": target.label, "tokens_requested": spec["tokens"]})
+        result.update(run_worker(spec))
+        result["status"], result["reasons"] = verdict(result)
+        if result["status"] == "ok" and result["recorded_val_bpb"] is not None:
+            result["matches_recorded"] = result["val_bpb"] == result["recorded_val_bpb"]
+        results.append(result)
+    ranked = rank(results)
+    return {
+        "split": "public_val",
+        "prepare_path": str(contract.path),
+        "prepare_sha256": contract.sha256,
+        "results": ranked,
+        "best": next((r["path"] for r in ranked if r["status"] == "ok"), None),
+        "all_valid": all(r["status"] == "ok" for r in ranked),
+    }
