@@ -113,7 +113,7 @@ def test_startup_steps_do_not_inflate_the_step_estimate() -> None:
 
 def test_time_between_steps_is_charged_but_not_a_step() -> None:
     t = FakeTime()
-    clock = make_clock(t, startup_steps_excluded=0)
+    clock = make_clock(t, startup_steps_excluded=0, startup_allowance_cap_seconds=0.0)
     run_steps(clock, t, [1.0])
     t.advance(20.0)  # a periodic eval
     run_steps(clock, t, [1.0], first_step=2)
@@ -121,12 +121,20 @@ def test_time_between_steps_is_charged_but_not_a_step() -> None:
     assert clock.charged_seconds() == pytest.approx(22.0)
 
 
-def test_zero_excluded_steps_charges_everything() -> None:
+def test_zero_excluded_steps_end_startup_at_the_first_boundary() -> None:
+    """prepare.budget_accounting's rule: startup runs to the first boundary with step >= 0."""
     t = FakeTime()
     clock = make_clock(t, startup_steps_excluded=0)
     run_steps(clock, t, [5.0, 1.0])
-    assert clock.summary()["startup_seconds"] == 0.0
-    assert clock.charged_seconds() == pytest.approx(6.0)
+    assert clock.summary()["startup_seconds"] == pytest.approx(5.0)
+    assert clock.charged_seconds() == pytest.approx(1.0)
+
+
+def test_zero_cap_charges_everything() -> None:
+    t = FakeTime()
+    clock = make_clock(t, startup_allowance_cap_seconds=0.0)
+    run_steps(clock, t, [5.0, 1.0, 1.0])
+    assert clock.charged_seconds() == pytest.approx(7.0)
 
 
 def test_resumed_clock_adds_prior_charge_and_shrinks_the_cap() -> None:
@@ -139,7 +147,7 @@ def test_resumed_clock_adds_prior_charge_and_shrinks_the_cap() -> None:
 
 def test_progress_reaches_one_at_the_reserve() -> None:
     t = FakeTime()
-    clock = make_clock(t, startup_steps_excluded=0)
+    clock = make_clock(t, startup_allowance_cap_seconds=0.0)
     t.advance(47.5)
     assert clock.progress() == pytest.approx(0.5)
     t.advance(100.0)
@@ -148,8 +156,34 @@ def test_progress_reaches_one_at_the_reserve() -> None:
 
 def test_over_budget_is_reported() -> None:
     t = FakeTime()
-    clock = make_clock(t, startup_steps_excluded=0)
+    clock = make_clock(t, startup_allowance_cap_seconds=0.0)
     run_steps(clock, t, [150.0])
     s = clock.summary()
     assert s["over_budget"] is True
     assert s["headroom_seconds"] == pytest.approx(-50.0)
+
+
+@pytest.mark.parametrize("excluded,cap", [(5, 900.0), (5, 3.0), (0, 900.0), (2, 0.0), (50, 10.0)])
+def test_matches_prepare_budget_accounting_exactly(prepare_module, tmp_path, monkeypatch, excluded, cap) -> None:
+    """Drive prepare.record_step_boundary and the clock from one fake time source, then
+    compare the clock's numbers with prepare.budget_accounting over the step log."""
+    import random
+    import time as time_module
+
+    t = FakeTime(prepare_module.PROCESS_START_TIME + 0.25)
+    monkeypatch.setattr(time_module, "time", t)
+    log = tmp_path / "steps.jsonl"
+    monkeypatch.setenv("TRNF_STEP_LOG", str(log))
+    monkeypatch.setattr(prepare_module, "_step_log_started", set())
+    clock = BudgetClock(60.0, excluded, cap, 2.0, time_fn=t, on_boundary=prepare_module.record_step_boundary,
+                        start_time=prepare_module.PROCESS_START_TIME)
+    rng = random.Random(excluded)
+    for step in range(1, 21):
+        clock.step_started()
+        t.advance(rng.uniform(0.5, 4.0) if step > 3 else 2.5)
+        clock.boundary(step)
+        t.advance(rng.uniform(0.0, 0.2))
+    theirs = prepare_module.budget_accounting(log, budget=60.0, steps_excluded=excluded, cap=cap)
+    ours = clock.summary()
+    for key in ("startup_seconds", "excluded_seconds", "charged_seconds", "headroom_seconds", "over_budget"):
+        assert ours[key] == theirs[key], key

@@ -7,7 +7,8 @@ The rule (``prepare.budget_accounting`` computes the same from the step-boundary
     charged  = elapsed - excluded
 
 Steps are counted from 1: ``boundary(1)`` is called when the first optimizer step has
-finished (after the device synchronised). The run stops while there is still room for one
+finished (after the device synchronised); startup ends at the first boundary whose step is
+at least ``startup_steps_excluded``. The run stops while there is still room for one
 more of the longest recent steps plus ``checkpoint_reserve_seconds`` (the final checkpoint).
 """
 
@@ -45,8 +46,9 @@ class BudgetClock:
         self._time = time_fn
         self._on_boundary = on_boundary
         self.start_time = float(start_time) if start_time is not None else time_fn()
-        # With no excluded steps, startup ends the moment the process starts.
-        self._startup_end: float | None = self.start_time if self.startup_steps_excluded <= 0 else None
+        # Startup ends at the first boundary whose step is >= startup_steps_excluded, as in
+        # prepare.budget_accounting (so with 0 excluded steps it still ends at step 1).
+        self._startup_end: float | None = None
         self._last_boundary: float | None = None
         self._step_started: float | None = None
         self._recent: deque[float] = deque(maxlen=window)
@@ -82,6 +84,15 @@ class BudgetClock:
         self.last_step = step
 
     # -- accounting -----------------------------------------------------------------
+
+    @property
+    def last_step_seconds(self) -> float:
+        """Duration of the most recent step (from step_started(), else the previous boundary)."""
+        return self._last_duration
+
+    @property
+    def last_boundary_time(self) -> float | None:
+        return self._last_boundary
 
     @property
     def in_startup(self) -> bool:

@@ -1,0 +1,37 @@
+"""The process torchrun (or `trnf train` directly) starts:
+
+    python -m trnfrontier.runtime.entry --recipe RUN_DIR/recipe.json --out RUN_DIR [--resume]
+
+Exit status: 0 completed, 3 diverged (summary.json says at which step), 1 crashed.
+Standard library, torch and prepare only: this runs with nothing of the tool installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trnfrontier.runtime.trainer import EXIT_DIVERGED, train
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trnfrontier.runtime.entry", description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", required=True, type=Path, help="the resolved recipe (JSON)")
+    parser.add_argument("--out", required=True, type=Path, help="the run directory")
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    args = parser.parse_args(argv)
+    try:
+        recipe = json.loads(args.recipe.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        parser.error(f"--recipe {args.recipe}: {exc}")
+    summary = train(recipe, args.out, resume=args.resume)
+    status = summary.get("status")
+    if status == "completed":
+        return 0
+    return EXIT_DIVERGED if status == "diverged" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

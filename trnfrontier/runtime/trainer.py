@@ -1,0 +1,450 @@
+"""The budgeted training loop: ``train(recipe, out_dir, resume=False) -> summary``.
+
+``recipe`` is the resolved recipe (``Recipe.model_dump(mode="json")``), read key by key.
+One call trains one run directory (layout in docs/architecture.md): it seeds everything,
+builds the model and optimizers, accumulates gradients up to ``data.total_batch_tokens``,
+drives the LR by the charged fraction of the budget (or by steps), stops when the
+organisers' clock says one more step would not fit, writes ``metrics.jsonl``, periodic
+resumable checkpoints, the consolidated ``final/`` checkpoint and ``summary.json`` with
+the trusted ``evaluate_bpb`` of that final checkpoint.
+
+Under torchrun every rank runs this; rank 0 alone writes files. Every decision that
+leads to a collective (stop, diverged, evaluate, checkpoint) is OR-ed over ranks first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.runtime import devices, distributed
+from trnfrontier.runtime.clock import BudgetClock
+from trnfrontier.runtime.contract import load_prepare, sha256_file
+from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
+from trnfrontier.runtime.model import GPT, GPTConfig
+from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
+from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps
+
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+STEP_LOG_FILE = "step_boundaries.jsonl"
+RECIPE_FILE = "recipe.json"
+KEEP_CHECKPOINTS = 2
+EXIT_DIVERGED = 3
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot start (bad recipe for this environment, nothing to resume)."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def versions() -> dict[str, str | None]:
+    try:
+        from importlib.metadata import version
+
+        trnf = version("trnfrontier")
+    except Exception:  # noqa: BLE001 - a vendored runtime has no distribution metadata
+        trnf = getattr(sys.modules.get("trnfrontier"), "__version__", None)
+    return {"python": platform.python_version(), "torch": torch.__version__, "trnf": trnf}
+
+
+class _TrainLoss(nn.Module):
+    """``forward(x, y) -> loss`` around the model, so that DDP (and torch.compile) see the
+    training loss as the module's forward: DDP's gradient hooks are armed in forward()."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.model.loss(x, y)
+
+
+def _grad_accum_steps(recipe: dict[str, Any], world: int) -> int:
+    micro = recipe["data"]["batch_size"] * recipe["model"]["sequence_len"] * world
+    total = recipe["data"].get("total_batch_tokens") or micro
+    if total % micro:
+        raise TrainingError(
+            f"data.total_batch_tokens={total} is not a multiple of batch_size x sequence_len x world_size = {micro}"
+        )
+    return total // micro
+
+
+class Trainer:
+    def __init__(self, recipe: dict[str, Any], out_dir: Path, resume: bool, prepare: ModuleType,
+                 info: distributed.DistInfo, spec: devices.DeviceSpec) -> None:
+        self.recipe, self.out_dir, self.resume = recipe, out_dir, resume
+        self.prepare, self.info, self.spec = prepare, info, spec
+        self.device = spec.device
+        self.main = info.is_main
+        r = recipe
+        self.batch_size = int(r["data"]["batch_size"])
+        self.seq_len = int(r["model"]["sequence_len"])
+        self.accum = _grad_accum_steps(r, info.world_size)
+        self.tokens_per_step = self.batch_size * self.seq_len * info.world_size * self.accum
+
+        seed_everything(int(r["runtime"]["seed"]))
+        self.tokenizer = prepare.ensure_tokenizer()
+        vocab = self.tokenizer.get_vocab_size()
+        if vocab != int(r["model"]["vocab_size"]):
+            raise TrainingError(f"model.vocab_size={r['model']['vocab_size']} but the tokenizer has {vocab} tokens")
+        # Initialised on the CPU from the seed, then moved: the same weights on every device.
+        self.model = GPT(GPTConfig.from_recipe(r["model"])).to(self.device)
+        self.optimizers = build_optimizers(self.model, r["optim"])
+        self.params = self.model.num_params()
+        self.flops_per_token = self.model.flops_per_token(self.seq_len)
+        self.prepare_sha256 = sha256_file(prepare.__file__)
+        self.tokenizer_sha256 = getattr(self.tokenizer, "sha256", None)
+
+        self.step, self.tokens = 0, 0
+        self.prior_charged, self.prior_excluded = 0.0, 0.0
+        self.data_state: dict[str, Any] | None = None
+        if resume:
+            self._restore()
+
+        step_module: nn.Module = distributed.wrap(_TrainLoss(self.model), self.device, info)
+        self.ddp = step_module if info.is_distributed else None
+        if r["runtime"]["compile"]:
+            step_module = torch.compile(step_module, backend="neuron" if self.device.type == "neuron" else "inductor")
+        self.step_module = step_module
+        self.metrics = MetricsWriter(out_dir / METRICS_FILE, enabled=self.main)
+
+    # -------------------------------------------------------------- resume
+
+    def _restore(self) -> None:
+        latest = ckpt.latest_checkpoint(self.out_dir)
+        if latest is None:
+            raise TrainingError(f"{self.out_dir} has no complete checkpoint under checkpoints/ to resume from")
+        restored = ckpt.load_checkpoint(latest, self.model, self.optimizers, self.device, self.info.rank)
+        meta, state = restored["meta"], restored["state"]
+        if int(meta.get("world_size", 1)) != self.info.world_size:
+            raise TrainingError(f"{latest} was written by {meta.get('world_size')} processes; resume with the same --nproc")
+        self.step, self.tokens = int(meta["step"]), int(meta["tokens"])
+        self.prior_charged = float(meta["charged_seconds"])
+        self.prior_excluded = float(meta.get("excluded_seconds", 0.0))
+        self.data_state = state["data"]
+        ckpt.restore_rng(state["rng"], restored["rng"], self.device)
+        if self.main:
+            truncate_after(self.out_dir / METRICS_FILE, self.step)
+        self.resumed_from = str(latest)
+
+    # -------------------------------------------------------------- pieces
+
+    def _meta(self, clock: BudgetClock) -> dict[str, Any]:
+        accounting = clock.summary()
+        return {
+            "step": self.step,
+            "tokens": self.tokens,
+            "charged_seconds": clock.charged_seconds(),
+            "excluded_seconds": accounting["excluded_seconds"],
+            "recipe": self.recipe,
+            "params": self.params,
+            "world_size": self.info.world_size,
+            "device": self.spec.name,
+            "prepare_sha256": self.prepare_sha256,
+            "tokenizer_sha256": self.tokenizer_sha256,
+        }
+
+    def _save_checkpoint(self, clock: BudgetClock) -> Path | None:
+        """Every rank contributes its data-loader and RNG state; rank 0 writes."""
+        plain, tensors = ckpt.capture_rng(self.device)
+        states = distributed.gather_objects({"data": self.data_state, "rng": plain})
+        rngs = distributed.gather_objects({k: v.cpu() for k, v in tensors.items()})
+        path = None
+        if self.main:
+            path = ckpt.save_checkpoint(
+                self.out_dir, step=self.step, model=self.model, optimizers=self.optimizers,
+                meta=self._meta(clock), rank_states=states, rank_rng=rngs, keep_last=KEEP_CHECKPOINTS,  # type: ignore[arg-type]
+            )
+        distributed.barrier()
+        return path
+
+    def _evaluate(self) -> dict[str, Any]:
+        """Periodic validation through the trusted evaluate_bpb (every rank takes a share)."""
+        e = self.recipe["eval"]
+        with devices.autocast(self.device, self.spec.dtype):
+            return self.prepare.evaluate_bpb(
+                self.model, self.tokenizer, int(e["batch_size"]), seq_len=int(e["seq_len"]),
+                device=self.device, split="public_val", max_tokens=int(e["tokens"]),
+            )
+
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+
+    def _progress(self, clock: BudgetClock) -> float:
+        s = self.recipe["schedule"]
+        if s["mode"] == "steps":
+            return progress_from_steps(self.step, int(s["total_steps"]))
+        return clock.progress()
+
+    def _stop_due(self, clock: BudgetClock) -> tuple[bool, str]:
+        b, s = self.recipe["budget"], self.recipe["schedule"]
+        if b.get("max_steps") and self.step >= int(b["max_steps"]):
+            return True, "max_steps"
+        if s["mode"] == "steps" and self.step >= int(s["total_steps"]):
+            return True, "total_steps"
+        if clock.should_stop():
+            return True, "budget"
+        return False, ""
+
+    # -------------------------------------------------------------- the loop
+
+    def run(self) -> dict[str, Any]:
+        r = self.recipe
+        b, o, e, run_cfg = r["budget"], r["optim"], r["eval"], r["run"]
+        clock = BudgetClock(
+            b["seconds"], b["startup_steps_excluded"], b["startup_allowance_cap_seconds"],
+            b["checkpoint_reserve_seconds"],
+            on_boundary=self.prepare.record_step_boundary,
+            start_time=getattr(self.prepare, "PROCESS_START_TIME", None),
+            prior_charged_seconds=self.prior_charged, prior_excluded_seconds=self.prior_excluded,
+        )
+        loader = self.prepare.make_dataloader(
+            self.tokenizer, self.batch_size, self.seq_len, "train", device=self.device, resume_state=self.data_state
+        )
+        sched = r["schedule"]
+        peak = self.spec.peak_flops * self.info.world_size if self.spec.peak_flops else None
+        max_loss = float(run_cfg["max_loss"])
+        log_every = int(run_cfg["log_every_steps"])
+        ckpt_every, eval_every = run_cfg.get("checkpoint_every_seconds"), e.get("every_seconds")
+        last_ckpt = last_eval = time.time()
+        steady_from: tuple[int, float] | None = None  # (tokens, time) when startup ended
+        status, stop_reason, diverged_step, last_good = "completed", "", None, None
+        last_loss = float("nan")
+        started = time.time()
+
+        self.model.train()
+        while True:
+            clock.step_started()
+            lrm = lr_multiplier(self._progress(clock), sched["warmup_frac"], sched["warmdown_frac"], sched["final_lr_frac"])
+            mom = muon_momentum(self.step, o["muon_momentum_warmup_start"], o["muon_momentum"], o["muon_momentum_warmup_steps"])
+            apply_schedule(self.optimizers, lrm, mom)
+            loss_sum = torch.zeros((), device=self.device)
+            step_data_state = self.data_state
+            for micro in range(self.accum):
+                x, y, step_data_state = next(loader)
+                sync = self.ddp is None or micro == self.accum - 1
+                with (contextlib.nullcontext() if sync else self.ddp.no_sync()):  # type: ignore[union-attr]
+                    with devices.autocast(self.device, self.spec.dtype):
+                        loss = self.step_module(x, y)
+                    (loss / self.accum).backward()
+                loss_sum += loss.detach().float()
+            local_loss = float(loss_sum.item()) / self.accum
+            bad_local = not math.isfinite(local_loss) or local_loss > max_loss
+            (bad,) = distributed.any_true([bad_local], self.device)
+            if bad:
+                # The update from this loss is never applied: the weights are still those
+                # that every earlier (finite) step produced.
+                for opt in self.optimizers:
+                    opt.zero_grad(set_to_none=True)
+                status, stop_reason, diverged_step = "diverged", "diverged", self.step + 1
+                last_loss = local_loss
+                if self._weights_finite():
+                    last_good = self._save_checkpoint(clock)
+                else:
+                    last_good = ckpt.latest_checkpoint(self.out_dir)
+                if self.main:
+                    print(f"diverged at step {diverged_step}: loss {local_loss} (run.max_loss={max_loss}); "
+                          f"last good checkpoint: {last_good}", flush=True)
+                break
+            clip_grad_norm(self.model.parameters(), float(o["grad_clip"]))
+            for opt in self.optimizers:
+                opt.step()
+            for opt in self.optimizers:
+                opt.zero_grad(set_to_none=True)
+            devices.synchronize(self.device)
+            self.step += 1
+            self.tokens += self.tokens_per_step
+            self.data_state = step_data_state
+            clock.boundary(self.step)
+            now = time.time()
+            step_seconds = clock.last_step_seconds
+            if steady_from is None and not clock.in_startup:
+                steady_from = (self.tokens, now)
+
+            stop_local, reason = self._stop_due(clock)
+            eval_local = bool(eval_every) and now - last_eval >= float(eval_every)
+            ckpt_local = bool(ckpt_every) and now - last_ckpt >= float(ckpt_every)
+            stop, eval_due, ckpt_due = distributed.any_true([stop_local, eval_local, ckpt_local], self.device)
+
+            record: dict[str, Any] = {}
+            if self.step % log_every == 0 or stop or eval_due:
+                last_loss = distributed.mean(local_loss, self.device)
+                tps = self.tokens_per_step / step_seconds if step_seconds > 0 else None
+                record = {
+                    "step": self.step,
+                    "loss": last_loss,
+                    "lr": lrm * float(o["matrix_lr"]),
+                    "lrm": lrm,
+                    "tokens": self.tokens,
+                    "tokens_per_second": tps,
+                    "charged_seconds": clock.charged_seconds(),
+                    "elapsed_seconds": now - clock.start_time,
+                    "startup": clock.in_startup,
+                }
+                if peak and tps:
+                    record["mfu"] = tps * self.flops_per_token / peak
+            if eval_due and not stop:
+                result = self._evaluate()
+                record["val_bpb"] = result["val_bpb"]
+                last_eval = time.time()
+            if record:
+                self.metrics.write(record)
+                if self.main:
+                    print(_format_record(record, b["seconds"]), flush=True)
+            if ckpt_due and not stop:
+                self._save_checkpoint(clock)
+                last_ckpt = time.time()
+            if stop:
+                stop_reason = reason or "budget"
+                break
+
+        accounting = clock.summary()
+        tokens_per_second = None
+        last_boundary = clock.last_boundary_time
+        if steady_from is not None and last_boundary is not None and last_boundary > steady_from[1]:
+            tokens_per_second = (self.tokens - steady_from[0]) / (last_boundary - steady_from[1])
+        elif self.step:
+            tokens_per_second = self.tokens / max(time.time() - started, 1e-9)
+        self.metrics.close()
+
+        final_path, evaluation = None, None
+        if status == "completed":
+            distributed.barrier()
+            if self.main:
+                final_path = ckpt.save_final(self.out_dir, self.model, self._meta(clock))
+            distributed.barrier()
+            # The scored number comes from one process on one device, exactly as `trnf eval`
+            # and the organisers' eval-public compute it: leave the process group first.
+            distributed.shutdown()
+            if self.main and e["final"]:
+                evaluation = final_evaluation(self.prepare, self.tokenizer, final_path, self.device, e)  # type: ignore[arg-type]
+
+        summary = {
+            "name": r["name"],
+            "status": status,
+            "stop_reason": stop_reason,
+            "val_bpb": evaluation["val_bpb"] if evaluation else None,
+            "eval_tokens": int(e["tokens"]),
+            "eval_seq_len": int(e["seq_len"]),
+            "eval_batch_size": int(e["batch_size"]),
+            "eval_split": "public_val",
+            "eval_num_tokens": evaluation["num_tokens"] if evaluation else None,
+            "eval_num_bytes": evaluation["num_bytes"] if evaluation else None,
+            "eval_seconds": evaluation["eval_seconds"] if evaluation else None,
+            "params": self.params,
+            "tokens": self.tokens,
+            "steps": self.step,
+            "tokens_per_second": tokens_per_second,
+            "mfu": (tokens_per_second * self.flops_per_token / peak) if (peak and tokens_per_second) else None,
+            "final_loss": last_loss if math.isfinite(last_loss) else None,
+            "charged_seconds": accounting["charged_seconds"],
+            "startup_seconds": accounting["startup_seconds"],
+            "headroom_seconds": accounting["headroom_seconds"],
+            "over_budget": accounting["over_budget"],
+            "budget_seconds": float(b["seconds"]),
+            "device": self.spec.name,
+            "dtype": str(self.spec.dtype).removeprefix("torch."),
+            "world_size": self.info.world_size,
+            "versions": versions(),
+            "prepare_sha256": self.prepare_sha256,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "final_checkpoint": str(final_path) if final_path else None,
+            "diverged_step": diverged_step,
+            "last_good_checkpoint": str(last_good) if last_good else None,
+            "resumed_from": getattr(self, "resumed_from", None),
+        }
+        if self.main:
+            ckpt.atomic_write_json(self.out_dir / SUMMARY_FILE, summary)
+            print(
+                f"{status}: {self.step} steps, startup {accounting['startup_seconds']:.1f} s, charged "
+                f"{accounting['charged_seconds']:.1f} s, headroom {accounting['headroom_seconds']:.1f} s, "
+                f"over_budget={accounting['over_budget']}, val_bpb={summary['val_bpb']}",
+                flush=True,
+            )
+        return summary
+
+
+def final_evaluation(prepare: ModuleType, tokenizer: Any, checkpoint: Path, device: torch.device,
+                     eval_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The trusted evaluate_bpb of a saved checkpoint, as a scorer runs it: reloaded through
+    load_for_eval (float32 weights, eval mode, one device), no autocast, one process.
+    ``trnf eval`` calls this same function, so the two numbers agree to the last digit."""
+    model = ckpt.load_for_eval(str(checkpoint), device)
+    return prepare.evaluate_bpb(
+        model, tokenizer, int(eval_cfg["batch_size"]), seq_len=int(eval_cfg["seq_len"]),
+        device=device, split="public_val", max_tokens=int(eval_cfg["tokens"]),
+    )
+
+
+def _format_record(record: dict[str, Any], budget: float) -> str:
+    parts = [f"step {record['step']}", f"loss {record['loss']:.4f}", f"lr {record['lr']:.3g}"]
+    if record.get("tokens_per_second"):
+        parts.append(f"{record['tokens_per_second']:,.0f} tok/s")
+    if "mfu" in record:
+        parts.append(f"mfu {100 * record['mfu']:.1f}%")
+    parts.append(f"charged {record['charged_seconds']:.1f}/{budget:g} s")
+    if "val_bpb" in record:
+        parts.append(f"val_bpb {record['val_bpb']:.4f}")
+    return " | ".join(parts)
+
+
+def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False) -> dict[str, Any]:
+    """Train one run into ``out_dir`` and return its summary (also in summary.json)."""
+    out_dir = Path(out_dir).resolve()
+    info = distributed.dist_info()
+    runtime = recipe["runtime"]
+    if runtime.get("threads"):
+        torch.set_num_threads(int(runtime["threads"]))
+    if recipe["data"].get("dataset"):
+        os.environ["TRNF_DATASET"] = str(recipe["data"]["dataset"])
+    os.environ["TRNF_STEP_LOG"] = str(out_dir / STEP_LOG_FILE)
+    if runtime["device"] in ("neuron", "auto"):
+        os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime["lnc"]))
+    prepare = load_prepare()
+    spec = devices.resolve(runtime, info.local_rank)
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    distributed.init(spec.device, info)
+    try:
+        trainer = Trainer(recipe, out_dir, resume, prepare, info, spec)
+        return trainer.run()
+    except BaseException as exc:
+        if info.is_main and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            _write_crash_summary(out_dir, recipe, exc)
+        raise
+    finally:
+        distributed.shutdown()
+
+
+def _write_crash_summary(out_dir: Path, recipe: dict[str, Any], exc: BaseException) -> None:
+    """A crashed run still leaves a summary naming what went wrong (no traceback parsing)."""
+    try:
+        ckpt.atomic_write_json(out_dir / SUMMARY_FILE, {
+            "name": recipe.get("name"),
+            "status": "crashed",
+            "error": f"{type(exc).__name__}: {exc}",
+            "val_bpb": None,
+            "last_good_checkpoint": str(ckpt.latest_checkpoint(out_dir) or "") or None,
+            "versions": versions(),
+        })
+    except OSError:
+        pass
