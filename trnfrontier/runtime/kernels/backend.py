@@ -1,0 +1,199 @@
+"""Where NKI kernels come from, on which devices they run, and what happens when they can't.
+
+The kernel files live in the repository's ``kernels/`` directory (beside a submission's
+train.py). They are loaded by path, lazily, the first time an op runs on a device that
+has them, with the real ``nki`` package; nothing here imports ``nki`` at module import.
+
+Per kernel there is a *mode* (the recipe's ``kernels:`` choice, set by ``use_kernels``):
+
+- ``off`` / ``auto``: a shape the kernel does not support runs the reference, with one
+  warning per op and shape (:class:`KernelFallbackWarning`);
+- ``on``: the same situation raises :class:`KernelUnavailableError` naming op and shape.
+
+Tests swap the loader (``kernel_backend``) to run the same op glue through the NumPy
+interpreter in ``kernels/testing`` on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterator
+
+KERNEL_NAMES = ("relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "polar_express", "attention")
+KERNELS_ENV = "TRNF_KERNELS_DIR"
+SBUF_BYTES_PER_PARTITION = 192 * 1024
+PMAX = 128
+
+
+class KernelUnavailableError(RuntimeError):
+    """The recipe demanded an NKI kernel (``on``) that cannot run here or for this shape."""
+
+
+class KernelFallbackWarning(UserWarning):
+    """A kernel fell back to its PyTorch reference (said once per op and shape)."""
+
+
+def kernels_dir() -> Path:
+    """``$TRNF_KERNELS_DIR``, else ``kernels/`` at the repository root (or beside train.py)."""
+    env = os.environ.get(KERNELS_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path(__file__).resolve().parents[3] / "kernels"
+
+
+def load_kernel_file(name: str) -> ModuleType:
+    """Import ``kernels/<name>.py`` with the real ``nki`` (raises ImportError without it)."""
+    import nki  # noqa: F401  (fail here, with the package name, not deep in the kernel file)
+
+    path = kernels_dir() / f"{name}.py"
+    if not path.is_file():
+        raise ImportError(f"NKI kernel file {path} not found (set {KERNELS_ENV} to the kernels directory)")
+    spec = importlib.util.spec_from_file_location(f"trnf_nki_kernels.{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Backend:
+    loader: Callable[[str], ModuleType] = staticmethod(load_kernel_file)
+    devices: frozenset[str] = frozenset({"neuron"})
+    modules: dict[str, ModuleType] = {}
+    modes: dict[str, str] = {}
+    warned: set[tuple[str, str]] = set()
+
+
+BACKEND = _Backend()
+
+
+def set_mode(name: str, mode: str) -> None:
+    if name not in KERNEL_NAMES or mode not in ("off", "auto", "on"):
+        raise ValueError(f"kernel {name!r} mode {mode!r}: expected one of {KERNEL_NAMES} and off|auto|on")
+    BACKEND.modes[name] = mode
+
+
+def mode(name: str) -> str:
+    return BACKEND.modes.get(name, "auto")
+
+
+def kernel_module(name: str) -> ModuleType:
+    if name not in BACKEND.modules:
+        BACKEND.modules[name] = BACKEND.loader(name)
+    return BACKEND.modules[name]
+
+
+def kernel_importable(name: str) -> str | None:
+    """None when the kernel file loads with the current loader, else why not."""
+    try:
+        kernel_module(name)
+    except Exception as exc:  # noqa: BLE001 - any import failure means: no kernel here
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def wants_kernel(device_type: str) -> bool:
+    return device_type in BACKEND.devices
+
+
+def fallback(op: str, shape_text: str, reason: str) -> None:
+    """Unsupported shape: raise when the recipe said ``on``, else warn once and carry on."""
+    if mode(op) == "on":
+        raise KernelUnavailableError(
+            f"kernels.{op}: on, but the NKI kernel does not support {shape_text} ({reason}); "
+            f"set kernels.{op}: auto to fall back to the PyTorch reference"
+        )
+    key = (op, shape_text)
+    if key not in BACKEND.warned:
+        BACKEND.warned.add(key)
+        warnings.warn(f"trnf::{op}: {shape_text} unsupported by the NKI kernel ({reason}); using the PyTorch reference",
+                      KernelFallbackWarning, stacklevel=3)
+
+
+@contextlib.contextmanager
+def kernel_backend(loader: Callable[[str], ModuleType], devices: set[str] | frozenset[str]) -> Iterator[None]:
+    """Temporarily load kernels with ``loader`` and run them for tensors on ``devices``."""
+    saved = (BACKEND.loader, BACKEND.devices, dict(BACKEND.modules))
+    BACKEND.loader, BACKEND.devices, BACKEND.modules = loader, frozenset(devices), {}
+    try:
+        yield
+    finally:
+        BACKEND.loader, BACKEND.devices, BACKEND.modules = saved[0], saved[1], saved[2]
+
+
+# ---------------------------------------------------------------- what each kernel supports
+# Each returns None when the kernel handles the shapes, else the reason it does not.
+
+FLOAT_DTYPES = ("torch.float32", "torch.bfloat16", "torch.float16")
+
+
+def _dtype_ok(*dtypes: object) -> str | None:
+    bad = [str(d) for d in dtypes if str(d) not in FLOAT_DTYPES]
+    return f"dtype {bad[0]} (kernels take float32, bfloat16, float16)" if bad else None
+
+
+def supports_relu2(shape: tuple[int, ...], dtype: object) -> str | None:
+    if 0 in shape:
+        return "empty tensor"
+    return _dtype_ok(dtype)
+
+
+def supports_rmsnorm(shape: tuple[int, ...], dtype: object) -> str | None:
+    d = shape[-1] if shape else 0
+    # x, dy, three float32 work rows and one output row resident per partition (backward)
+    if d < 1 or d * (2 * 4 + 4 * 4) > SBUF_BYTES_PER_PARTITION * 3 // 4:
+        return f"last dimension {d} does not fit one SBUF row tile"
+    return _dtype_ok(dtype)
+
+
+def supports_rope_qknorm(shape: tuple[int, ...], dtype: object, t_angles: int) -> str | None:
+    if len(shape) != 4:
+        return "x must be [B, H, T, D]"
+    d = shape[-1]
+    if d % 2:
+        return f"head dim {d} is odd"
+    if t_angles < shape[2]:
+        return f"cos/sin cover {t_angles} positions < T={shape[2]}"
+    if d * 6 * 4 > SBUF_BYTES_PER_PARTITION // 2:
+        return f"head dim {d} too large"
+    return _dtype_ok(dtype)
+
+
+def supports_cross_entropy(shape: tuple[int, ...], dtype: object) -> str | None:
+    if len(shape) != 2 or 0 in shape:
+        return "logits must be a non-empty [N, V]"
+    if shape[1] >= 1 << 24:
+        return "vocabulary >= 2^24 (targets travel as float32)"
+    return _dtype_ok(dtype)
+
+
+def supports_attention(q: tuple[int, ...], k: tuple[int, ...], dtype: object) -> str | None:
+    if len(q) != 4 or len(k) != 4:
+        return "q, k, v must be [B, H, T, D]"
+    if q[-1] > PMAX:
+        return f"head dim {q[-1]} > {PMAX} (one matmul contraction)"
+    if k[1] == 0 or q[1] % k[1] or q[0] != k[0] or q[2] != k[2] or q[3] != k[3]:
+        return "k/v must be [B, Hkv, T, D] with Hkv dividing H"
+    return _dtype_ok(dtype)
+
+
+def polar_express_sbuf_bytes(m: int, n: int, itemsize: int) -> int:
+    """Same formula as kernels/polar_express.py:sbuf_bytes (a test keeps them equal)."""
+    mt, nt = -(-m // PMAX), -(-n // PMAX)
+    resident = 2 * mt * n + 2 * nt * m + 2 * mt * m
+    return resident * itemsize + 4 * (PMAX + 512 + 8) + 2 * itemsize * PMAX
+
+
+def supports_polar_express(shape: tuple[int, ...], dtype: object, itemsize: int) -> str | None:
+    if len(shape) < 2:
+        return "needs a matrix"
+    m, n = sorted(shape[-2:])
+    need = polar_express_sbuf_bytes(m, n, itemsize)
+    if need > SBUF_BYTES_PER_PARTITION:
+        return f"{m}x{n} needs {need} bytes of SBUF per partition > {SBUF_BYTES_PER_PARTITION}"
+    return _dtype_ok(dtype)

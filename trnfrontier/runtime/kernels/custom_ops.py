@@ -1,0 +1,356 @@
+"""The ``trnf::*`` custom ops: one per kernel (plus its backward), with autograd.
+
+Each op runs its NKI kernel for tensors on a kernel device (``neuron``; see
+``backend.kernel_backend`` for how tests substitute the interpreter) when the kernel
+supports the shapes, and the PyTorch reference from ``references`` everywhere else.
+Backward passes are ops too, so they take the same route:
+
+| op                   | forward           | backward                                   |
+| -------------------- | ----------------- | ------------------------------------------ |
+| trnf::relu2          | kernel            | kernel (trnf::relu2_backward)              |
+| trnf::rmsnorm        | kernel (+rstd)    | kernel (trnf::rmsnorm_backward)            |
+| trnf::rope_qknorm    | kernel (+rstd)    | kernel (trnf::rope_qknorm_backward)        |
+| trnf::cross_entropy  | kernel (+lse)     | kernel (trnf::cross_entropy_backward)      |
+| trnf::attention      | kernel            | reference: recomputed in PyTorch, autograd |
+| trnf::polar_express  | kernel            | none (the optimizer runs it under no_grad) |
+
+The auxiliary outputs (rstd, lse) are saved for the backward and are not differentiable.
+The plain functions at the bottom have ``trnfrontier.runtime.ops`` signatures; they are
+what ``use_kernels`` registers into the model's dispatch table.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from . import backend, references
+
+# ---------------------------------------------------------------- routing
+
+
+def _shape_text(*tensors: Tensor) -> str:
+    return ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" for t in tensors)
+
+
+def _use_kernel(op: str, tensors: tuple[Tensor, ...], check: Callable[[], str | None]) -> bool:
+    """True when op should run its NKI kernel for these tensors (see backend.fallback)."""
+    if not backend.wants_kernel(tensors[0].device.type):
+        return False
+    reason = backend.kernel_importable(op) or check()
+    if reason is None:
+        return True
+    backend.fallback(op, _shape_text(*tensors), reason)
+    return False
+
+
+def _rows(x: Tensor) -> Tensor:
+    return x.reshape(-1, x.shape[-1]).contiguous()
+
+
+# ---------------------------------------------------------------- relu2
+
+
+@torch.library.custom_op("trnf::relu2", mutates_args=())
+def relu2_op(x: Tensor) -> Tensor:
+    if _use_kernel("relu2", (x,), lambda: backend.supports_relu2(tuple(x.shape), x.dtype)):
+        return backend.kernel_module("relu2").relu2_fwd(_rows(x)).reshape(x.shape)
+    return references.relu2(x)
+
+
+@torch.library.custom_op("trnf::relu2_backward", mutates_args=())
+def relu2_backward_op(x: Tensor, dy: Tensor) -> Tensor:
+    if _use_kernel("relu2", (x, dy), lambda: backend.supports_relu2(tuple(x.shape), x.dtype)):
+        return backend.kernel_module("relu2").relu2_bwd(_rows(x), _rows(dy.to(x.dtype))).reshape(x.shape)
+    return references.relu2_backward(x, dy)
+
+
+@relu2_op.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+@relu2_backward_op.register_fake
+def _(x: Tensor, dy: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+def _relu2_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    ctx.save_for_backward(inputs[0])
+
+
+def _relu2_bwd(ctx, dy):  # type: ignore[no-untyped-def]
+    (x,) = ctx.saved_tensors
+    return relu2_backward_op(x, dy)
+
+
+relu2_op.register_autograd(_relu2_bwd, setup_context=_relu2_setup)
+
+# ---------------------------------------------------------------- rmsnorm
+
+
+@torch.library.custom_op("trnf::rmsnorm", mutates_args=())
+def rmsnorm_op(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    if _use_kernel("rmsnorm", (x,), lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)):
+        y, rstd = backend.kernel_module("rmsnorm").rmsnorm_fwd(_rows(x), eps)
+        return y.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1)
+    return references.rmsnorm(x, eps)
+
+
+@torch.library.custom_op("trnf::rmsnorm_backward", mutates_args=())
+def rmsnorm_backward_op(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
+    if _use_kernel("rmsnorm", (x, dy), lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)):
+        dx = backend.kernel_module("rmsnorm").rmsnorm_bwd(_rows(x), _rows(dy.to(x.dtype)), rstd.reshape(-1, 1).float().contiguous())
+        return dx.reshape(x.shape)
+    return references.rmsnorm_backward(x, dy, rstd)
+
+
+@rmsnorm_op.register_fake
+def _(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    stat = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=stat)
+
+
+@rmsnorm_backward_op.register_fake
+def _(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+def _rmsnorm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    ctx.save_for_backward(inputs[0], output[1])
+    ctx.mark_non_differentiable(output[1])
+
+
+def _rmsnorm_bwd(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
+    x, rstd = ctx.saved_tensors
+    return rmsnorm_backward_op(x, dy, rstd), None
+
+
+rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
+
+# ---------------------------------------------------------------- rope + qk-norm
+
+
+@torch.library.custom_op("trnf::rope_qknorm", mutates_args=())
+def rope_qknorm_op(x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool) -> tuple[Tensor, Tensor]:
+    """x [B, H, T, D], cos/sin [>=T, D/2] -> (y, rstd [B, H, T, 1])."""
+    t = x.shape[-2] if x.dim() >= 2 else 0
+    if _use_kernel("rope_qknorm", (x,), lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])):
+        c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
+        return backend.kernel_module("rope_qknorm").rope_qknorm_fwd(x.contiguous(), c, s, eps, normalize)
+    return references.rope_qknorm(x, cos[:t], sin[:t], eps, normalize)
+
+
+@torch.library.custom_op("trnf::rope_qknorm_backward", mutates_args=())
+def rope_qknorm_backward_op(x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool) -> Tensor:
+    t = x.shape[-2]
+    if _use_kernel("rope_qknorm", (x, dy), lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])):
+        c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
+        return backend.kernel_module("rope_qknorm").rope_qknorm_bwd(
+            x.contiguous(), dy.to(x.dtype).contiguous(), c, s, rstd.float().contiguous(), normalize
+        )
+    return references.rope_qknorm_backward(x, dy, cos[:t], sin[:t], rstd, normalize)
+
+
+@rope_qknorm_op.register_fake
+def _(x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool) -> tuple[Tensor, Tensor]:
+    stat = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=stat)
+
+
+@rope_qknorm_backward_op.register_fake
+def _(x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool) -> Tensor:
+    return torch.empty_like(x)
+
+
+def _rope_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    x, cos, sin, _eps, normalize = inputs
+    ctx.save_for_backward(x, cos, sin, output[1])
+    ctx.normalize = normalize
+    ctx.mark_non_differentiable(output[1])
+
+
+def _rope_bwd(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
+    x, cos, sin, rstd = ctx.saved_tensors
+    return rope_qknorm_backward_op(x, dy, cos, sin, rstd, ctx.normalize), None, None, None, None
+
+
+rope_qknorm_op.register_autograd(_rope_bwd, setup_context=_rope_setup)
+
+# ---------------------------------------------------------------- softcapped cross-entropy
+
+
+def _targets_f32(targets: Tensor) -> Tensor:
+    return targets.reshape(-1, 1).to(torch.float32).contiguous()
+
+
+@torch.library.custom_op("trnf::cross_entropy", mutates_args=())
+def cross_entropy_op(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
+    """logits [N, V], targets [N] (int, < 0 ignored) -> (loss [N], lse [N]) float32."""
+    if _use_kernel("cross_entropy", (logits,), lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype)):
+        loss, lse = backend.kernel_module("cross_entropy").cross_entropy_fwd(logits.contiguous(), _targets_f32(targets), softcap)
+        return loss.reshape(-1), lse.reshape(-1)
+    return references.cross_entropy(logits, targets, softcap)
+
+
+@torch.library.custom_op("trnf::cross_entropy_backward", mutates_args=())
+def cross_entropy_backward_op(logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float) -> Tensor:
+    if _use_kernel("cross_entropy", (logits,), lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype)):
+        return backend.kernel_module("cross_entropy").cross_entropy_bwd(
+            logits.contiguous(), _targets_f32(targets), lse.reshape(-1, 1).float().contiguous(),
+            dloss.reshape(-1, 1).float().contiguous(), softcap,
+        )
+    return references.cross_entropy_backward(logits, targets, lse, dloss, softcap)
+
+
+@cross_entropy_op.register_fake
+def _(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
+    stat = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    n = logits.shape[0]
+    return logits.new_empty((n,), dtype=stat), logits.new_empty((n,), dtype=stat)
+
+
+@cross_entropy_backward_op.register_fake
+def _(logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float) -> Tensor:
+    return torch.empty_like(logits)
+
+
+def _ce_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    logits, targets, softcap = inputs
+    ctx.save_for_backward(logits, targets, output[1])
+    ctx.softcap = softcap
+    ctx.mark_non_differentiable(output[1])
+
+
+def _ce_bwd(ctx, dloss, _dlse):  # type: ignore[no-untyped-def]
+    logits, targets, lse = ctx.saved_tensors
+    return cross_entropy_backward_op(logits, targets, lse, dloss, ctx.softcap), None, None
+
+
+cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
+
+# ---------------------------------------------------------------- attention
+
+
+@torch.library.custom_op("trnf::attention", mutates_args=())
+def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    """Causal attention, q [B, H, T, D], k/v [B, Hkv, T, D]."""
+    if _use_kernel("attention", (q, k), lambda: backend.supports_attention(tuple(q.shape), tuple(k.shape), q.dtype)):
+        o, _lse = backend.kernel_module("attention").attention_fwd(
+            q.contiguous(), k.to(q.dtype).contiguous(), v.to(q.dtype).contiguous(), scale
+        )
+        return o
+    return references.attention(q, k, v, scale)
+
+
+@attention_op.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    return torch.empty_like(q)
+
+
+def _attention_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    q, k, v, scale = inputs
+    ctx.save_for_backward(q, k, v)
+    ctx.scale = scale
+
+
+def _attention_bwd(ctx, do):  # type: ignore[no-untyped-def]
+    # No backward kernel: recompute with the reference and differentiate it.
+    q, k, v = ctx.saved_tensors
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        out = references.attention(*leaves, ctx.scale)
+        dq, dk, dv = torch.autograd.grad(out, leaves, do)
+    return dq, dk, dv, None
+
+
+attention_op.register_autograd(_attention_bwd, setup_context=_attention_setup)
+
+# ---------------------------------------------------------------- polar express
+
+
+def _coeffs(steps: int) -> tuple[tuple[float, float, float], ...]:
+    from trnfrontier.runtime.muon import POLAR_EXPRESS_COEFFS
+
+    if not 1 <= steps <= len(POLAR_EXPRESS_COEFFS):
+        raise ValueError(f"steps={steps} must be in [1, {len(POLAR_EXPRESS_COEFFS)}]")
+    return tuple(POLAR_EXPRESS_COEFFS[:steps])
+
+
+@torch.library.custom_op("trnf::polar_express", mutates_args=())
+def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
+    """Polar Express of g [..., m, n] (each matrix independently), g's dtype."""
+    coeffs = _coeffs(steps)
+    # On a kernel device, work in bfloat16 as trnfrontier.runtime.muon does on accelerators.
+    if _use_kernel("polar_express", (g,), lambda: backend.supports_polar_express(tuple(g.shape), torch.bfloat16, 2)):
+        kernel = backend.kernel_module("polar_express").polar_express_fwd
+        mats = g.reshape(-1, *g.shape[-2:]).to(torch.bfloat16)
+        tall = g.shape[-2] > g.shape[-1]
+        outs = [kernel((m.mT if tall else m).contiguous(), coeffs, eps) for m in mats.unbind(0)]
+        out = torch.stack([o.mT if tall else o for o in outs]).reshape(g.shape)
+        return out.to(g.dtype)
+    return references.polar_express(g, coeffs, eps)
+
+
+@polar_express_op.register_fake
+def _(g: Tensor, steps: int, eps: float) -> Tensor:
+    return torch.empty_like(g)
+
+
+# ---------------------------------------------------------------- ops-compatible functions
+
+
+def relu_squared(x: Tensor) -> Tensor:
+    return relu2_op(x)
+
+
+def rms_norm(x: Tensor) -> Tensor:
+    """As ops.rms_norm: F.rms_norm with eps=None (the dtype's machine epsilon)."""
+    return rmsnorm_op(x, references.default_eps(x.dtype))[0]
+
+
+def _angles(table: Tensor) -> Tensor:
+    """The model's [1, 1, T, D/2] cos/sin tables as [T, D/2]."""
+    return table.reshape(table.shape[-2], table.shape[-1])
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """As ops.apply_rotary (rotation only; the rope_qknorm kernel with normalize=False)."""
+    return rope_qknorm_op(x, _angles(cos), _angles(sin), 0.0, False)[0]
+
+
+def rotary_rms_norm(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """rms_norm(apply_rotary(x, cos, sin)) in one fused kernel."""
+    return rope_qknorm_op(x, _angles(cos), _angles(sin), references.default_eps(x.dtype), True)[0]
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return attention_op(q, k, v, q.size(-1) ** -0.5)
+
+
+def softcapped_cross_entropy(logits: Tensor, targets: Tensor, cap: float, ignore_index: int = -1,
+                             reduction: str = "mean") -> Tensor:
+    """cross_entropy(softcap(logits, cap), targets) without materialising the softcapped logits."""
+    flat = logits.reshape(-1, logits.size(-1))
+    t = targets.reshape(-1)
+    t = torch.where(t == ignore_index, torch.full_like(t, -1), t)
+    loss, _lse = cross_entropy_op(flat, t, float(cap))
+    if reduction == "none":
+        return loss.view(targets.shape)
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / (t >= 0).sum()
+    raise ValueError(f"reduction {reduction!r}: expected mean, sum or none")
+
+
+def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+    """As ops.cross_entropy (float32 nats; the model has already applied its softcap)."""
+    return softcapped_cross_entropy(logits, targets, 0.0, ignore_index, reduction)
+
+
+def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
+    """As trnfrontier.runtime.muon.polar_express."""
+    return polar_express_op(G, steps, eps)
