@@ -1,0 +1,172 @@
+"""ClimbMix downloads against a misbehaving HTTP server on 127.0.0.1.
+
+Every failure mode ends in a valid shard under its final name or in a clear error, and
+never in a corrupt file under the final name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+TINY_BACKOFF = 0.001
+
+
+def parquet_bytes(texts: list[str]) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"text": texts}), buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+class FaultyServer:
+    """Serves ``files`` by name; ``faults[name]`` is a list of behaviours used one per
+    request (then plain service): drop, 500, truncate, corrupt, 404."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.faults: dict[str, list[str]] = {}
+        self.requests: list[tuple[str, str | None]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # keep test output clean
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                name = self.path.rsplit("/", 1)[-1]
+                server.requests.append((name, self.headers.get("Range")))
+                queue = server.faults.get(name, [])
+                fault = queue.pop(0) if queue else "ok"
+                body = server.files.get(name)
+                if body is None or fault == "404":
+                    self.send_error(404)
+                    return
+                if fault == "500":
+                    self.send_error(500)
+                    return
+                start = 0
+                if self.headers.get("Range"):
+                    start = int(self.headers["Range"].split("=")[1].split("-")[0])
+                if fault == "truncate":  # a short file announced as complete
+                    body = body[: len(body) // 2]
+                if fault == "corrupt":  # same size, damaged footer
+                    body = body[:-12] + b"\0" * 8 + body[-4:]
+                part = body[start:]
+                if start:
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(part)))
+                self.end_headers()
+                if fault == "drop":  # announce everything, send half, hang up
+                    self.wfile.write(part[: len(part) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(part)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/resolve/main"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FaultyServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture()
+def shard() -> bytes:
+    return parquet_bytes([f"Document {i} says something about shards and retries." for i in range(2000)])
+
+
+@pytest.fixture()
+def server(shard: bytes) -> Iterator[FaultyServer]:
+    with FaultyServer({"shard_00000.parquet": shard}) as running:
+        yield running
+
+
+def fetch(prepare_module, server: FaultyServer, tmp_path: Path, retries: int = 4) -> Path:
+    return prepare_module.download_file(f"{server.url}/shard_00000.parquet", tmp_path / "shard_00000.parquet",
+                                        retries=retries, backoff=TINY_BACKOFF)
+
+
+def test_dropped_connection_is_resumed_with_a_range_request(prepare_module, server, shard, tmp_path) -> None:
+    server.faults["shard_00000.parquet"] = ["drop"]
+    path = fetch(prepare_module, server, tmp_path)
+    assert path.read_bytes() == shard
+    assert server.requests[0] == ("shard_00000.parquet", None)
+    assert server.requests[1] == ("shard_00000.parquet", f"bytes={len(shard) // 2}-")
+    assert not (tmp_path / "shard_00000.parquet.partial").exists()
+
+
+@pytest.mark.parametrize("faults", [["500", "500"], ["truncate"], ["corrupt"], ["drop", "500", "corrupt"]])
+def test_transient_faults_end_in_a_valid_shard(prepare_module, server, shard, tmp_path, faults) -> None:
+    server.faults["shard_00000.parquet"] = list(faults)
+    path = fetch(prepare_module, server, tmp_path)
+    assert path.read_bytes() == shard and prepare_module.parquet_is_valid(path)
+    assert len(server.requests) == len(faults) + 1
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "truncate", "drop", "500"])
+def test_persistent_faults_end_in_a_clear_error_and_no_shard(prepare_module, server, tmp_path, fault) -> None:
+    server.faults["shard_00000.parquet"] = [fault] * 10
+    with pytest.raises(prepare_module.PrepareError, match=r"could not download .*shard_00000.parquet after 3 attempts"):
+        fetch(prepare_module, server, tmp_path, retries=2)
+    assert not (tmp_path / "shard_00000.parquet").exists()
+    partial = tmp_path / "shard_00000.parquet.partial"
+    assert not partial.exists() or not prepare_module.parquet_is_valid(partial)
+
+
+def test_missing_shard_fails_at_once(prepare_module, server, tmp_path) -> None:
+    with pytest.raises(prepare_module.PrepareError, match="HTTP 404"):
+        prepare_module.download_file(f"{server.url}/shard_00099.parquet", tmp_path / "x.parquet",
+                                     retries=5, backoff=TINY_BACKOFF)
+    assert len(server.requests) == 1
+
+
+def test_unreachable_server_is_one_clear_error(prepare_module, tmp_path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(prepare_module.PrepareError, match="could not download.*use --source sample"):
+        prepare_module.download_file(f"http://127.0.0.1:{port}/shard_00000.parquet", tmp_path / "s.parquet",
+                                     retries=1, backoff=TINY_BACKOFF)
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_path, monkeypatch) -> None:
+    """Serve the sample documents as ClimbMix shards; the second setup makes no request."""
+    shards = sample_home / "datasets" / "sample" / "shards"
+    train = pq.read_table(shards / "train_00000.parquet").column("text").to_pylist()
+    val = pq.read_table(shards / "public_val_00000.parquet").column("text").to_pylist()
+    files = {prepare_module.shard_name(0): parquet_bytes(train),
+             prepare_module.shard_name(prepare_module.VAL_SHARD): parquet_bytes(val)}
+    with FaultyServer(files) as running:
+        running.faults[prepare_module.shard_name(0)] = ["drop", "500"]
+        monkeypatch.setenv("TRNF_CLIMBMIX_URL", running.url)
+        stages: set[str] = set()
+        home = tmp_path / "home"
+        result = prepare_module.setup("climbmix", num_train_shards=1, home=home, backoff=TINY_BACKOFF,
+                                      progress=lambda stage, done, total, unit: stages.add(stage))
+        assert result["source"] == "climbmix" and result["reused"] is False
+        assert result["documents"] == len(train) + len(val)
+        assert stages == {"download", "tokenizer", "tokenize"}
+        manifest = json.loads((home / "datasets" / "climbmix" / "manifest.json").read_text())
+        assert sorted(Path(e["path"]).name for e in manifest["shards"]) == sorted(files)
+        served = len(running.requests)
+        again = prepare_module.setup("climbmix", num_train_shards=1, home=home, backoff=TINY_BACKOFF)
+        assert again["reused"] is True and len(running.requests) == served
