@@ -1,0 +1,95 @@
+"""`python prepare.py ...` as the organisers run it: eval-public round trip and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+TRAIN_PY = '''
+import torch
+from torch import nn
+
+import prepare  # must be the very prepare.py that runs eval-public
+
+assert prepare.TOKENIZER_VOCAB_SIZE == 8192
+
+
+class Model(nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(vocab))
+        self.b = nn.Parameter(torch.zeros(vocab))
+        self.c = nn.Parameter(torch.zeros(vocab))
+
+    def forward(self, x):
+        return self.a[x].unsqueeze(-1) * self.b + self.c
+
+
+def load_for_eval(checkpoint_path, device):
+    state = torch.load(checkpoint_path, map_location=device)
+    model = Model(state["a"].numel())
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
+if __name__ == "__main__":
+    raise SystemExit("train.py's main block must not run during eval-public")
+'''
+
+
+def run_prepare(prepare_module, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(Path(prepare_module.__file__)), *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=300)
+
+
+def test_eval_public_round_trip(prepare_module, sample_home, tiny_models, tmp_path) -> None:
+    torch.set_num_threads(1)
+    model = tiny_models.RandomLogits(prepare_module.TOKENIZER_VOCAB_SIZE, seed=11)
+    checkpoint = tmp_path / "final.pt"
+    torch.save({name: p.detach() for name, p in model.named_parameters()}, checkpoint)
+    train_py = tmp_path / "train.py"
+    train_py.write_text(TRAIN_PY)
+
+    completed = run_prepare(prepare_module, "eval-public", "--train-py", str(train_py), "--checkpoint", str(checkpoint),
+                            "--tokens", "1024", "--seq-len", "64", "--batch-size", "3", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    expected = prepare_module.evaluate_bpb(model, prepare_module.ensure_tokenizer(), 5, seq_len=64, max_tokens=1024)
+    assert result["val_bpb"] == pytest.approx(expected["val_bpb"], rel=1e-12)
+    assert result["num_tokens"] == expected["num_tokens"] and result["num_bytes"] == expected["num_bytes"]
+    assert result["tokenizer_sha256"] == prepare_module.tokenizer_sha256()
+    from trnfrontier.runtime.contract import sha256_file
+
+    assert result["prepare_sha256"] == sha256_file(prepare_module.__file__)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["setup", "--source", "local", "--path", "/nonexistent/corpus"], "no such directory"),
+        (["setup", "--source", "local"], "needs --path"),
+        (["setup", "--num-train-shards", "0"], "must be at least 1"),
+        (["eval-public", "--train-py", "/nonexistent/train.py", "--checkpoint", __file__], "--train-py"),
+        (["eval-public", "--train-py", __file__, "--checkpoint", "/nonexistent/final.pt"], "--checkpoint"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_nonzero_exit(prepare_module, tmp_path, args, message) -> None:
+    completed = run_prepare(prepare_module, *args, cwd=tmp_path)
+    assert completed.returncode != 0
+    assert "Traceback" not in completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and completed.stdout == ""
+
+
+def test_train_py_without_load_for_eval_is_refused(prepare_module, sample_home, tmp_path) -> None:
+    train_py = tmp_path / "train.py"
+    train_py.write_text("x = 1\n")
+    completed = run_prepare(prepare_module, "eval-public", "--train-py", str(train_py), "--checkpoint", str(train_py))
+    assert completed.returncode == 1 and "defines no load_for_eval" in completed.stderr
