@@ -45,6 +45,14 @@ class InterpretedKernel:
         self.__doc__ = fn.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on NumPy arrays / HostTensors; returns float32 (or integer) NumPy arrays."""
+        result = self.run_typed(*args, **kwargs)
+        if isinstance(result, tuple) and result and isinstance(result[0], tuple):
+            return tuple(values for values, _ in result)
+        return result[0]
+
+    def run_typed(self, *args: Any, **kwargs: Any) -> Any:
+        """Like calling the kernel, but each output comes as (values, nl dtype)."""
         if machine.STATE.allocator is not None:
             raise machine.NkiInterpreterError("nested kernel calls are not modelled")
         machine.STATE.allocator = machine.Allocator()
@@ -71,6 +79,10 @@ def _to_hbm(arg: Any, position: int) -> Any:
 def _from_hbm(result: Any) -> Any:
     if isinstance(result, tuple):
         return tuple(_from_hbm(r) for r in result)
+    return _output(result), result.dtype if isinstance(result, machine.Tensor) else None
+
+
+def _output(result: Any) -> np.ndarray:
     if not isinstance(result, machine.Tensor):
         raise machine.NkiInterpreterError(f"a kernel returns HBM tensors, got {type(result).__name__}")
     if result.buffer is not machine.shared_hbm:

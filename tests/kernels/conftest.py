@@ -1,0 +1,95 @@
+"""Fixtures for kernel tests.
+
+``interpreted(name)``: a kernel file executed by the NumPy interpreter (kernels/testing).
+``interpreter_backend``: the trnf:: custom ops run their NKI path on the CPU, through the
+interpreter, so the op glue (reshapes, dtypes, autograd) is tested with the real kernels.
+``real_nki``: the ``nki`` module when importable (``nki.simulate`` tests), else skip.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from kernels.testing import HostTensor, InterpretedKernel, load_kernel_module
+from kernels.testing import machine
+from trnfrontier.runtime.kernels import backend, reset_kernels
+
+
+@pytest.fixture(scope="session")
+def interpreted() -> Callable[[str], ModuleType]:
+    cache: dict[str, ModuleType] = {}
+
+    def get(name: str) -> ModuleType:
+        if name not in cache:
+            cache[name] = load_kernel_module(name)
+        return cache[name]
+
+    return get
+
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32}
+
+
+def _to_host(arg: Any) -> Any:
+    if not isinstance(arg, torch.Tensor):
+        return arg
+    t = arg.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return HostTensor(t.float().numpy(), machine.bfloat16)
+    if t.dtype == torch.float64:
+        raise TypeError("the kernels take float32/bfloat16/float16, not float64")
+    return t.numpy()
+
+
+class TorchAdapter:
+    """Kernel functions of an interpreted module, callable with torch tensors."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(self.module, attr)
+        if not isinstance(fn, InterpretedKernel):
+            return fn
+
+        def call(*args: Any) -> Any:
+            result = fn.run_typed(*[_to_host(a) for a in args])
+            pairs = result if isinstance(result[0], tuple) else (result,)
+            out = tuple(torch.from_numpy(np.ascontiguousarray(v)).to(_TORCH_DTYPES[d.name]) for v, d in pairs)
+            return out if isinstance(result[0], tuple) else out[0]
+
+        return call
+
+
+@pytest.fixture()
+def interpreter_backend() -> Iterator[None]:
+    with backend.kernel_backend(lambda name: TorchAdapter(load_kernel_module(name)), {"cpu"}):
+        try:
+            yield
+        finally:
+            reset_kernels()
+
+
+@pytest.fixture(autouse=True)
+def _clean_kernel_state() -> Iterator[None]:
+    yield
+    reset_kernels()
+
+
+@pytest.fixture(scope="session")
+def real_nki() -> ModuleType:
+    try:
+        return importlib.import_module("nki")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"nki is not importable here ({type(exc).__name__}: {exc}); "
+                    "it comes only from AWS's Neuron pip repository, so nki.simulate tests run on a Neuron venv")
+
+
+def rand(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
