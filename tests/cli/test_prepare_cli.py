@@ -1,0 +1,95 @@
+"""`trnf prepare`: the summary (table or JSON), the prepare.py it used, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from trnfrontier.cli.app import main
+from trnfrontier.runtime.contract import PREPARE_ENV, sha256_file
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+FAKE_PREPARE = '''
+class PrepareError(Exception):
+    pass
+
+
+def setup(source="climbmix", path=None, num_train_shards=1, home=None, progress=None):
+    if source == "local":
+        raise PrepareError("--path {}: the organisers' copy refuses local data".format(path))
+    if progress:
+        progress("download", 5, 10, "B")
+        progress("download", 10, 10, "B")
+    return {"source": source, "documents": 3, "bytes": 30, "tokens": 12, "bytes_per_token": 3.333,
+            "tokenizer_sha256": "f" * 64, "num_train_shards": num_train_shards}
+'''
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err
+
+
+@pytest.fixture()
+def restore_prepare_module():
+    saved = sys.modules.get("prepare")
+    yield
+    if saved is None:
+        sys.modules.pop("prepare", None)
+    else:
+        sys.modules["prepare"] = saved
+
+
+@pytest.fixture()
+def projects_prepare(monkeypatch: pytest.MonkeyPatch, restore_prepare_module: None) -> Path:
+    monkeypatch.delenv(PREPARE_ENV, raising=False)
+    return REPO_ROOT / "prepare.py"
+
+
+def test_json_summary_names_the_data_and_the_prepare_py(sample_home: Path, projects_prepare: Path, capsys) -> None:
+    code, out, _ = run_cli(["prepare", "--source", "sample", "--json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    manifest = json.loads((sample_home / "datasets" / "sample" / "manifest.json").read_text())
+    assert summary["reused"] is True and summary["source"] == "sample"
+    assert summary["documents"] == manifest["documents"] and summary["tokens"] == manifest["tokens"]
+    assert summary["tokenizer_sha256"] == manifest["tokenizer"]["sha256"]
+    assert summary["prepare_sha256"] == sha256_file(projects_prepare)
+    assert Path(summary["prepare_path"]) == projects_prepare.resolve()
+
+
+def test_table_lists_every_figure(sample_home: Path, projects_prepare: Path, capsys) -> None:
+    code, out, _ = run_cli(["prepare", "--source", "sample"], capsys)
+    assert code == 0
+    for label in ("source", "documents", "bytes", "tokens", "bytes/token", "tokenizer SHA256", "prepare.py SHA256"):
+        assert label in out
+    flat = re.sub(r"[\s│]", "", out)  # an 80-column console folds the hash over two table lines
+    assert sha256_file(projects_prepare) in flat
+
+
+def test_bad_local_path_is_one_line(projects_prepare: Path, tmp_path: Path, capsys) -> None:
+    code, out, err = run_cli(["prepare", "--source", "local", "--path", str(tmp_path / "missing")], capsys)
+    assert code == 1 and out == ""
+    assert err.strip().splitlines() == [f"trnf: error: --path {tmp_path / 'missing'}: no such directory; "
+                                        "give a folder of .parquet, .jsonl or .txt files"]
+
+
+def test_another_prepare_py_is_used_and_fingerprinted(tmp_path: Path, monkeypatch, restore_prepare_module, capsys) -> None:
+    other = tmp_path / "organisers" / "prepare.py"
+    other.parent.mkdir()
+    other.write_text(FAKE_PREPARE)
+    monkeypatch.setenv(PREPARE_ENV, str(other))  # restored after the test; --prepare also sets it
+    code, out, _ = run_cli(["--prepare", str(other), "prepare", "--num-train-shards", "2", "--json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["prepare_sha256"] == sha256_file(other) and summary["num_train_shards"] == 2
+
+    code, out, err = run_cli(["--prepare", str(other), "prepare", "--source", "local", "--path", "x"], capsys)
+    assert code == 1 and err.strip() == "trnf: error: --path x: the organisers' copy refuses local data"
