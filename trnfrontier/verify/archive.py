@@ -144,6 +144,8 @@ def safe_extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Extrac
     except ExtractionError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError) as exc:
+        if isinstance(exc, tarfile.ReadError) and "opened successfully" in str(exc):
+            raise ExtractionError("not a tar archive (neither plain tar nor gzip, bzip2 or xz compressed)") from None
         kind = type(exc).__name__
         raise ExtractionError(f"not a readable tar archive (truncated or corrupt: {kind}: {exc})") from None
     return result

@@ -9,6 +9,7 @@ refuses any global outside torch's allowlist, so a pickle payload is never execu
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,8 +127,11 @@ def scan_final_pt(path: Path) -> TensorSummary:
         # mmap keeps the weights on disk; weights_only refuses every non-allowlisted global.
         data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, OSError, AttributeError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path.name} does not load with weights_only=True ({first[:160]})") from None
+        text = str(exc)
+        unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        why = (f"its pickle calls {unsafe.group(1)}, outside torch's weights-only allowlist; refused unexecuted"
+               if unsafe else (text.strip().splitlines() or [type(exc).__name__])[0][:160])
+        raise CheckpointError(f"{path.name} does not load with weights_only=True ({why})") from None
     if not isinstance(data, dict) or "model_state" not in data:
         raise CheckpointError(f"{path.name} is not the kit layout (a dict with model_state, model_config, meta)")
     missing = [k for k in ("model_config", "meta") if k not in data]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+MAX_REASON_CHARS = 400
 
 Verdict = Literal["pass", "fail", "skip"]
 
@@ -20,6 +24,13 @@ class Check:
     verdict: Verdict
     reason: str
     required: bool = True
+
+    def __post_init__(self) -> None:
+        # One line, always: reasons often quote exceptions from hostile input.
+        text = " ".join(_ANSI.sub("", self.reason).split())
+        if len(text) > MAX_REASON_CHARS:
+            text = text[: MAX_REASON_CHARS - 3] + "..."
+        object.__setattr__(self, "reason", text)
 
     @property
     def ok(self) -> bool:

@@ -111,7 +111,7 @@ def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
     try:
         acct, how = account(path, prepare)
     except (BudgetLogError, ValueError, KeyError, TypeError) as exc:
-        return failed("budget", f"step-boundary log unusable: {exc}")
+        return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
     charged = float(acct["charged_seconds"])
     excluded = float(acct.get("excluded_seconds", acct["startup_seconds"]))
     line = f"charged {charged:.1f} s of {float(acct.get('budget_seconds', 1800)):g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"

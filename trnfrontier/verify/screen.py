@@ -49,7 +49,7 @@ class Finding:
     what: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.what}"
+        return f"{self.file}:{self.line}: {self.what}" if self.line else f"{self.file}: {self.what}"
 
 
 @dataclass

@@ -1,0 +1,208 @@
+"""Unit tests of the pieces: archive format, launch grammar, screen (no false positives), budget, pins, CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from trnfrontier import submission as fmt
+from trnfrontier.runtime.contract import sha256_file
+from trnfrontier.verify import Options, verify_archive
+from trnfrontier.verify.budget import documented_accounting
+from trnfrontier.verify.launch import LaunchError, parse_launch
+from trnfrontier.verify.pins import load_pins
+from trnfrontier.verify.screen import screen_source
+from verify_kit import GOOD_TIMES, build_archive, good_meta, pins_file, step_log
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- archive format ---------------------------------------------------------------------
+
+def test_deterministic_tar_is_byte_identical(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = build_archive(tmp_path / "a"), build_archive(tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_deterministic_tar_sorts_and_zeroes_metadata(tmp_path: Path) -> None:
+    import tarfile
+
+    out = tmp_path / "x.tar"
+    fmt.write_deterministic_tar({"b.py": b"b", "a.py": b"a", "kernels/k.py": b"k"}, out)
+    with tarfile.open(out) as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["a.py", "b.py", "kernels/k.py"]
+    assert {(m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) for m in members} == {(0, 0, 0, "", "", 0o644)}
+    assert not (tmp_path / "x.tar.partial").exists()
+
+
+def test_build_manifest_refuses_foreign_members(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(ValueError, match="secrets.txt"):
+        fmt.build_manifest({"secrets.txt": tmp_path / "f"})
+    manifest = fmt.build_manifest({"runtime/model.py": tmp_path / "f"}, params=1)
+    assert manifest["files"]["runtime/model.py"]["size"] == 1 and manifest["forced"] == []
+
+
+@pytest.mark.parametrize("name,ok", [("train.py", True), ("runtime/gpt.py", True), ("kernels/relu2.py", True),
+                                     ("checkpoint/evil.py", False), ("notes.txt", False), ("./train.py", False)])
+def test_allowed_members(name: str, ok: bool) -> None:
+    assert fmt.is_allowed_member(name) is ok
+
+
+# -- launch -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lnc,nproc", [(1, 1), (1, 8), (2, 4), (2, 1)])
+def test_launch_valid_shapes(lnc: int, nproc: int) -> None:
+    line = f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} train.py\n"
+    assert parse_launch(line) == parse_launch(line.strip())
+    assert (parse_launch(line).lnc, parse_launch(line).nproc) == (lnc, nproc)
+
+
+@pytest.mark.parametrize("line", [
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py && echo hi",
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 `id`",
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --nproc_per_node=4 train.py",
+    "NEURON_LOGICAL_NC_CONFIG=2 python train.py",
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 other.py",
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py\nrm -rf /",
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py # comment",
+    "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 'train.py'",
+    "",
+])
+def test_launch_refusals(line: str) -> None:
+    with pytest.raises(LaunchError):
+        parse_launch(line)
+
+
+# -- screen: no false positives on what real submissions do -------------------------------
+
+def test_screen_allows_kit_style_code() -> None:
+    source = '''
+import os, math, json
+import torch, numpy as np
+import torch_neuronx, nki, nki.language as nl
+from neuronxcc import nki as nki2
+import prepare
+from prepare import make_dataloader, evaluate_bpb, Tokenizer
+from runtime.model import GPT
+from . import sibling
+loader = make_dataloader(None, 8, 1024, "train")
+res = evaluate_bpb(model, tok, 8, split="public_val")
+torch.compile(model)
+model.eval()
+x = prepare.TRAIN_TIME_BUDGET_SECONDS
+def load_for_eval(checkpoint_path, device):
+    return GPT()
+'''
+    result = screen_source(source, "train.py", {"runtime", "train"})
+    assert result.findings == [] and result.defines_load_for_eval
+
+
+@pytest.mark.parametrize("snippet,what", [
+    ("from os import system", "os.system"),
+    ("import urllib.request", "urllib"),
+    ("import prepare\nprepare.Tokenizer.encode = None", "monkeypatching"),
+    ("from prepare import evaluate_bpb\nevaluate_bpb.__defaults__ = ()", "monkeypatching"),
+    ("import sys\nsys.modules['prepare'] = object()", "sys.modules"),
+    ("import prepare\nvars(prepare)['x'] = 1", "vars(prepare)"),
+    ("exec('import socket')", "exec"),
+    ("import importlib\nimportlib.import_module(name)", "computed module name"),
+    ("import ctypes", "ctypes"),
+    ("p = 'tokens/public_val_00000.bin'", "validation"),
+    ("def f(:\n  pass", "does not parse"),
+])
+def test_screen_flags(snippet: str, what: str) -> None:
+    findings = screen_source(snippet, "k.py", set()).findings
+    assert findings and any(what in f.what for f in findings), findings
+
+
+# -- budget ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("times", [GOOD_TIMES, [1.0, 2.0], [500.0, 950.0, 1000.0, 1100.0, 1200.0, 3000.0], []])
+def test_documented_formula_matches_prepare(times: list[float], tmp_path: Path, prepare_module) -> None:
+    log = tmp_path / "steps.jsonl"
+    log.write_text(step_log([5.0, 6.0]) + step_log(times, start=5000.0))  # two runs: the last one counts
+    ours = documented_accounting(log)
+    theirs = prepare_module.budget_accounting(str(log))
+    for key in ("charged_seconds", "startup_seconds", "over_budget", "steps", "headroom_seconds"):
+        assert ours[key] == pytest.approx(theirs[key]), key
+
+
+# -- pins -------------------------------------------------------------------------------------
+
+def test_default_pins_are_the_project_prepare_and_skip_without_a_tokenizer(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path / "empty_home"))
+    monkeypatch.delenv("TRNF_DATASET", raising=False)
+    monkeypatch.delenv("TRNF_PREPARE", raising=False)
+    pins = load_pins(None)
+    assert pins.prepare.sha256 == sha256_file(REPO / "prepare.py")
+    assert pins.tokenizer.sha256 is None and "no prepared tokenizer" in pins.tokenizer.source
+    meta = good_meta()
+    meta["prepare_sha256"] = pins.prepare.sha256
+    (tmp_path / "w").mkdir()
+    report = verify_archive(build_archive(tmp_path / "w", meta=meta))
+    assert report.get("pin:prepare").verdict == "pass"
+    tokenizer = report.get("pin:tokenizer")
+    assert tokenizer.verdict == "skip" and not tokenizer.required and tokenizer.ok
+    assert report.ok, [c for c in report.checks if not c.ok]
+
+
+def test_pins_file_in_trnf_home_is_used(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path))
+    pins_file(tmp_path, prepare="c" * 64)
+    assert load_pins(None).prepare.sha256 == "c" * 64
+
+
+def test_default_tokenizer_pin_is_the_active_dataset(sample_home: Path) -> None:
+    pins = load_pins(None)
+    assert pins.tokenizer.sha256 == sha256_file(sample_home / "datasets" / "sample" / "tokenizer" / "tokenizer.pkl")
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+
+def _trnf(args: list[str], capsys) -> tuple[int, str, str]:
+    from trnfrontier.cli.app import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    captured = capsys.readouterr()
+    return int(exit_info.value.code), captured.out, captured.err
+
+
+def test_cli_json_and_exit_codes(tmp_path: Path, capsys) -> None:
+    good = build_archive(tmp_path)
+    pins = str(pins_file(tmp_path))
+    code, out, _ = _trnf(["verify", str(good), "--json", "--pins", pins], capsys)
+    document = json.loads(out)
+    assert code == 0 and document["ok"] and {c["verdict"] for c in document["checks"]} == {"pass"}
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(b"nope")
+    code, out, _ = _trnf(["verify", str(bad), "--json", "--pins", pins], capsys)
+    assert code == 1 and json.loads(out)["checks"][0] == {"name": "extract", "verdict": "fail", "ok": False, "required": True,
+                                                         "reason": json.loads(out)["checks"][0]["reason"]}
+    code, out, _ = _trnf(["verify", str(bad), "--pins", pins], capsys)
+    assert code == 1 and "FAIL" in out and "extract" in out
+
+
+def test_cli_usage_errors(tmp_path: Path, capsys) -> None:
+    code, _, err = _trnf(["verify", str(tmp_path / "missing.tar")], capsys)
+    assert code == 2 and "no such file" in err
+    (tmp_path / "a.tar").write_bytes(b"x")
+    code, _, err = _trnf(["verify", str(tmp_path / "a.tar"), "--pins", str(tmp_path / "nope.json")], capsys)
+    assert code == 2 and "--pins" in err
+
+
+def test_probe_runs_without_the_tool() -> None:
+    """probe.py is executed in the clean environment: it must not import trnfrontier or the tool stack."""
+    import ast
+
+    source = (REPO / "trnfrontier" / "verify" / "probe.py").read_text()
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported <= set(sys.stdlib_module_names) | {"torch", "__future__"}
