@@ -471,6 +471,7 @@ def download_file(
     timeout: float = 60.0,
     on_bytes: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Path:
     """Download one parquet shard to ``dest``: Range-resume of ``dest.partial``, retries with
     exponential backoff, footer check before the atomic rename. A shard under its final
@@ -511,6 +512,8 @@ def download_file(
                     on_total(total)
                 with open(partial, mode) as handle:
                     while block := response.read(1 << 20):
+                        if cancel is not None and cancel.is_set():
+                            raise PrepareError(f"download of {url} cancelled; rerun setup to resume it")
                         handle.write(block)
                         if on_bytes is not None:
                             on_bytes(len(block))
@@ -570,19 +573,26 @@ def download_shards(
         with lock:
             counters["total"] += count
 
+    cancel = threading.Event()
+
     def fetch(index: int) -> Path:
         name = shard_name(index)
         return download_file(f"{base_url.rstrip('/')}/{name}", directory / name, retries=retries,
-                             backoff=backoff, on_bytes=on_bytes, on_total=on_total)
+                             backoff=backoff, on_bytes=on_bytes, on_total=on_total, cancel=cancel)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(indices)))) as pool:
-        futures = [pool.submit(fetch, index) for index in indices]
-        try:
-            return [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(indices))))
+    futures = [pool.submit(fetch, index) for index in indices]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        # One failure (or Ctrl-C) stops the others at their next block; what they wrote
+        # stays as *.partial for the next run to resume.
+        cancel.set()
+        for future in futures:
+            future.cancel()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------------------- setup

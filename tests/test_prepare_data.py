@@ -244,3 +244,22 @@ def test_dataloader_rank_comes_from_torchrun_env(tokenizer, prepare_module, monk
 def test_unknown_split_is_refused(tokenizer, prepare_module) -> None:
     with pytest.raises(prepare_module.PrepareError, match="split 'test'"):
         next(prepare_module.make_dataloader(tokenizer, 2, 64, "test"))
+
+
+def test_disk_full_is_a_clear_error_with_nothing_trusted(prepare_module, tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    source = tmp_path / "corpus"
+    source.mkdir()
+    (source / "docs.jsonl").write_text("".join(json.dumps({"text": f"Document {i}."}) + "\n" for i in range(50)))
+
+    def full_disk(path: Path, texts: list[str]) -> None:
+        path.with_name(path.name + ".partial").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(prepare_module, "_write_parquet", full_disk)
+    home = tmp_path / "home"
+    with pytest.raises(prepare_module.PrepareError, match="disk full while writing under .*local-corpus; free space"):
+        prepare_module.setup("local", path=source, home=home)
+    assert not list(home.rglob("manifest.json")) and not (home / "active").exists()
+    assert not list(home.rglob("*.parquet"))

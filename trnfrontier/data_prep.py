@@ -8,6 +8,7 @@ with ``trnf --prepare PATH``); this module only shows progress, maps its errors 
 from __future__ import annotations
 
 import errno
+import inspect
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -72,13 +73,13 @@ def run_prepare(
     if not callable(setup):
         summary = _run_setup_cli(contract, source, path, num_train_shards)
     else:
-        kwargs: dict[str, Any] = {"source": source, "path": path}
-        if num_train_shards is not None:
-            kwargs["num_train_shards"] = num_train_shards
+        kwargs = _setup_arguments(contract, setup, source, path, num_train_shards)
         prepare_error = getattr(contract.module, "PrepareError", None)
         try:
             with rich_progress(show_progress) as progress:
-                summary = setup(progress=progress, **kwargs)
+                if "progress" in _parameters(setup):
+                    kwargs["progress"] = progress
+                summary = setup(**kwargs)
         except Exception as exc:
             if prepare_error is not None and isinstance(exc, prepare_error):
                 raise TrnfError(str(exc)) from None
@@ -89,6 +90,28 @@ def run_prepare(
     summary["prepare_path"] = str(contract.path)
     summary["prepare_sha256"] = contract.sha256
     return summary
+
+
+def _parameters(function: Callable[..., Any]) -> set[str]:
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):  # a builtin or C function: assume the documented ones
+        return {"source", "path", "num_train_shards", "progress"}
+
+
+def _setup_arguments(contract: TrustedContract, setup: Callable[..., Any], source: str, path: str | None,
+                     num_train_shards: int | None) -> dict[str, Any]:
+    """Only the arguments this prepare.py's setup() accepts; a choice it cannot honour is an error."""
+    accepted = _parameters(setup)
+    wanted = {"source": source if source != "climbmix" else None, "path": path, "num_train_shards": num_train_shards}
+    kwargs: dict[str, Any] = {}
+    for name, value in wanted.items():
+        if value is None:
+            continue
+        if name not in accepted:
+            raise TrnfError(f"{contract.path}: its setup() takes no {name!r}, so --{name.replace('_', '-')} cannot be used with it")
+        kwargs[name] = value
+    return kwargs
 
 
 def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num_train_shards: int | None) -> dict[str, Any]:
