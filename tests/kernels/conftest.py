@@ -89,7 +89,3 @@ def real_nki() -> ModuleType:
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"nki is not importable here ({type(exc).__name__}: {exc}); "
                     "it comes only from AWS's Neuron pip repository, so nki.simulate tests run on a Neuron venv")
-
-
-def rand(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
