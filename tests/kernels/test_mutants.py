@@ -1,0 +1,70 @@
+"""Planted bugs in the real kernel sources must fail the checks that guard them.
+
+The mutants are the shipped kernel files with one textual change applied at load time
+(``load_kernel_module(name, patches=...)`` insists each patch matches exactly once, so a
+refactor of the kernel that removes the patched line fails here loudly, not silently):
+
+- attention with an off-by-one causal mask (each query also sees the next key): the
+  bug that gave a team a val_bpb of 0.0015;
+- relu2 / rmsnorm tiled over 256 partitions (the hardware has 128).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kernels.testing import NkiLimitError, load_kernel_module
+from trnfrontier.runtime.kernels import references
+
+CAUSAL_OFF_BY_ONE = [("offset=q0 - k0)", "offset=q0 - k0 + 1)")]
+TILE_OVER_128 = [("PMAX = 128  # partitions per tile", "PMAX = 256  # partitions per tile")]
+
+
+def _attention_inputs(t: int = 130):
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((1, 2, t, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 1, t, 16)).astype(np.float32)
+    v = rng.standard_normal((1, 1, t, 16)).astype(np.float32)
+    return q, k, v
+
+
+def test_shipped_attention_passes_the_check_the_mutant_fails() -> None:
+    q, k, v = _attention_inputs()
+    ref = references.attention(*map(torch.from_numpy, (q, k, v)), 0.25).numpy()
+    good, _ = load_kernel_module("attention").attention_fwd(q, k, v, 0.25)
+    np.testing.assert_allclose(good, ref, rtol=2e-5, atol=2e-5)
+
+    mutant, _ = load_kernel_module("attention", CAUSAL_OFF_BY_ONE).attention_fwd(q, k, v, 0.25)
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(mutant, ref, rtol=2e-5, atol=2e-5)
+    # and the failure is the leak itself: row t now depends on key t + 1
+    leaked = np.abs(mutant - ref).max(axis=(0, 1, 3))
+    assert leaked[:-1].min() > 0 and leaked[-1] == pytest.approx(0, abs=1e-5)
+
+
+def test_mutant_attention_fails_a_causality_probe() -> None:
+    """Changing a future token must not change earlier outputs: the mutant violates it."""
+    q, k, v = _attention_inputs(40)
+    k2, v2 = k.copy(), v.copy()
+    k2[:, :, 20:] += 5.0
+    v2[:, :, 20:] -= 5.0
+    for patches, causal in (((), True), (CAUSAL_OFF_BY_ONE, False)):
+        kern = load_kernel_module("attention", patches).attention_fwd
+        a, _ = kern(q, k, v, 0.25)
+        b, _ = kern(q, k2, v2, 0.25)
+        unchanged = np.allclose(a[:, :, :20], b[:, :, :20], atol=1e-6)
+        assert unchanged is causal
+
+
+@pytest.mark.parametrize("name", ["relu2", "rmsnorm"])
+def test_tile_over_128_partitions_is_rejected(name: str) -> None:
+    patches = TILE_OVER_128 if name == "relu2" else [("PMAX = 128\n", "PMAX = 256\n")]
+    x = np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32)
+    mutant = load_kernel_module(name, patches)
+    with pytest.raises(NkiLimitError, match="partition dimension 256 > 128"):
+        if name == "relu2":
+            mutant.relu2_fwd(x)
+        else:
+            mutant.rmsnorm_fwd(x, 1e-6)
