@@ -47,10 +47,13 @@ def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     if transposed:
         X = X.mT
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
+    batch_shape = X.shape[:-2]
+    X = X.reshape(-1, *X.shape[-2:])  # one batched-matmul code path for 2-D and stacked
     for a, b, c in POLAR_EXPRESS_COEFFS[:steps]:
         A = X @ X.mT
-        B = b * A + c * (A @ A)
-        X = a * X + B @ X
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b A + c A^2, fused
+        X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a X + B X, fused
+    X = X.reshape(*batch_shape, *X.shape[-2:])
     if transposed:
         X = X.mT
     return X.to(G.dtype)
