@@ -80,7 +80,9 @@ def use_kernels(kernels_cfg: dict[str, str] | None, device: torch.device | str) 
     unknown = sorted(set(cfg) - set(backend.KERNEL_NAMES))
     if unknown:
         raise ValueError(f"kernels: unknown kernel(s) {', '.join(unknown)}; known: {', '.join(backend.KERNEL_NAMES)}")
-    device_type = torch.device(device).type
+    # a plain string is read without torch.device(): torch cannot parse "neuron" until
+    # torch_neuronx is imported, and this must be able to say so
+    device_type = device.split(":")[0] if isinstance(device, str) else device.type
     chosen: dict[str, str] = {}
     fell_back: list[str] = []
     for name in backend.KERNEL_NAMES:
