@@ -15,6 +15,7 @@ leads to a collective (stop, diverged, evaluate, checkpoint) is OR-ed over ranks
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import platform
@@ -116,7 +117,7 @@ class Trainer:
 
         self.step, self.tokens = 0, 0
         self.prior_charged, self.prior_excluded = 0.0, 0.0
-        self.data_state: dict[str, Any] | None = None
+        self.data_state: list[dict[str, Any]] | None = None  # one state per data stream
         if resume:
             self._restore()
 
@@ -186,6 +187,35 @@ class Trainer:
                 device=self.device, split="public_val", max_tokens=int(e["tokens"]),
             )
 
+    def _make_loaders(self) -> list[Any]:
+        """The training data streams of this process.
+
+        When the loader takes ``rank``/``world_size`` (this project's prepare.py does), the
+        global batch is cut into world_size x accum virtual shards and micro-step m of rank
+        r reads shard r + world_size * m. A step then sees the same rows whether it runs as
+        one process accumulating, or as several ranks: results compare across --nproc.
+        A prepare.py without those parameters gets one stream per process (rank-sharded by
+        the loader itself), read for consecutive micro-batches.
+        """
+        make = self.prepare.make_dataloader
+        try:
+            params = inspect.signature(make).parameters
+        except (TypeError, ValueError):
+            params = {}
+        common = dict(device=self.device)
+        saved = self.data_state
+        if "rank" in params and "world_size" in params:
+            world = self.info.world_size
+            shards = world * self.accum
+            if saved is not None and len(saved) != self.accum:
+                raise TrainingError(f"the checkpoint has {len(saved)} data streams for {self.accum} micro-steps; resume with the same recipe")
+            return [
+                make(self.tokenizer, self.batch_size, self.seq_len, "train", **common,
+                     resume_state=saved[m] if saved else None, rank=self.info.rank + world * m, world_size=shards)
+                for m in range(self.accum)
+            ]
+        return [make(self.tokenizer, self.batch_size, self.seq_len, "train", **common, resume_state=saved[0] if saved else None)]
+
     def _weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
 
@@ -217,9 +247,7 @@ class Trainer:
             start_time=getattr(self.prepare, "PROCESS_START_TIME", None),
             prior_charged_seconds=self.prior_charged, prior_excluded_seconds=self.prior_excluded,
         )
-        loader = self.prepare.make_dataloader(
-            self.tokenizer, self.batch_size, self.seq_len, "train", device=self.device, resume_state=self.data_state
-        )
+        loaders = self._make_loaders()
         sched = r["schedule"]
         peak = self.spec.peak_flops * self.info.world_size if self.spec.peak_flops else None
         max_loss = float(run_cfg["max_loss"])
@@ -238,9 +266,13 @@ class Trainer:
             mom = muon_momentum(self.step, o["muon_momentum_warmup_start"], o["muon_momentum"], o["muon_momentum_warmup_steps"])
             apply_schedule(self.optimizers, lrm, mom)
             loss_sum = torch.zeros((), device=self.device)
-            step_data_state = self.data_state
+            step_data_state = list(self.data_state or [])
             for micro in range(self.accum):
-                x, y, step_data_state = next(loader)
+                stream = micro % len(loaders)
+                x, y, state = next(loaders[stream])
+                if len(step_data_state) <= stream:
+                    step_data_state.append(state)
+                step_data_state[stream] = state
                 sync = self.ddp is None or micro == self.accum - 1
                 with (contextlib.nullcontext() if sync else self.ddp.no_sync()):  # type: ignore[union-attr]
                     with devices.autocast(self.device, self.spec.dtype):
