@@ -932,6 +932,50 @@ class _DocumentStream:
         return None
 
 
+class _PackingBuffer:
+    """Buffered documents indexed for best-fit: the longest that fits the space left (the
+    oldest of equal length), else the oldest of all (to be cropped)."""
+
+    def __init__(self) -> None:
+        import collections
+
+        self.by_length: list[tuple[int, int]] = []  # sorted (length, arrival number)
+        self.arrivals: Any = collections.deque()  # arrival numbers, oldest first; taken ones skipped lazily
+        self.items: dict[int, tuple[int, int, int]] = {}  # arrival -> (file, doc, length)
+        self.next_arrival = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, file: int, doc: int, length: int) -> None:
+        import bisect
+
+        arrival = self.next_arrival
+        self.next_arrival += 1
+        self.items[arrival] = (file, doc, length)
+        bisect.insort(self.by_length, (length, arrival))
+        self.arrivals.append(arrival)
+
+    def take(self, space: int) -> tuple[int, int, int]:
+        import bisect
+
+        fits = bisect.bisect_right(self.by_length, (space, math.inf)) - 1
+        if fits >= 0:
+            index = bisect.bisect_left(self.by_length, (self.by_length[fits][0], -1))
+        else:
+            while self.arrivals[0] not in self.items:
+                self.arrivals.popleft()
+            oldest = self.arrivals.popleft()
+            index = bisect.bisect_left(self.by_length, (self.items[oldest][2], oldest))
+        _, arrival = self.by_length.pop(index)
+        if len(self.arrivals) > 4 * len(self.items) + 64:  # drop taken entries now and then
+            self.arrivals = type(self.arrivals)(a for a in self.arrivals if a in self.items and a != arrival)
+        return self.items.pop(arrival)
+
+    def state(self) -> list[list[int]]:
+        return [[self.items[a][0], self.items[a][1]] for a in self.arrivals if a in self.items]
+
+
 def make_dataloader(
     tokenizer: Tokenizer,
     batch_size: int,
@@ -964,8 +1008,9 @@ def make_dataloader(
     stream = _DocumentStream(_token_arrays(role, tokenizer), tokenizer.get_bos_token_id(), rank, world)
     state = resume_state or {"epoch": 0, "file": 0, "doc": 0, "buffer": []}
     epoch, file, doc = int(state["epoch"]), int(state["file"]), int(state["doc"])
-    buffer = [(int(f), int(d)) for f, d in state["buffer"]]
-    lengths = [stream.length(f, d) for f, d in buffer]
+    buffer = _PackingBuffer()
+    for f, d in state["buffer"]:
+        buffer.add(int(f), int(d), stream.length(int(f), int(d)))
     row_len = seq_len + 1
     exhausted = False
 
@@ -979,8 +1024,7 @@ def make_dataloader(
                     return
                 epoch, file, doc = epoch + 1, 0, 0
                 continue
-            buffer.append(found)
-            lengths.append(stream.length(*found))
+            buffer.add(found[0], found[1], stream.length(*found))
             file, doc = found[0], found[1] + 1
 
     use_pinned = torch.device(device).type == "cuda"
@@ -990,21 +1034,18 @@ def make_dataloader(
             filled = 0
             while filled < row_len:
                 refill()
-                if not buffer:
+                if not len(buffer):
                     return  # validation pass finished; a partial batch is dropped
                 space = row_len - filled
-                sizes = np.asarray(lengths)
-                fits = np.flatnonzero(sizes <= space)
-                pick = int(fits[np.argmax(sizes[fits])]) if len(fits) else 0
-                take = min(lengths[pick], space)
-                rows[row, filled:filled + take] = stream.tokens(*buffer[pick], take)
+                doc_file, doc_index, length = buffer.take(space)
+                take = min(length, space)
+                rows[row, filled:filled + take] = stream.tokens(doc_file, doc_index, take)
                 filled += take
-                del buffer[pick], lengths[pick]
         batch = torch.from_numpy(rows)
         if use_pinned:
             batch = batch.pin_memory()
         batch = batch.to(device, non_blocking=use_pinned)
-        state_out = {"epoch": epoch, "file": file, "doc": doc, "buffer": [list(item) for item in buffer]}
+        state_out = {"epoch": epoch, "file": file, "doc": doc, "buffer": buffer.state()}
         yield batch[:, :-1], batch[:, 1:], state_out
 
 
