@@ -38,10 +38,23 @@ SHAPES = {
 }
 # The schema's optim defaults (what a resolved recipe carries).
 OPTIM = dict(
-    matrix_lr=0.02, embedding_lr=0.2, unembedding_lr=0.004, scalar_lr=0.5, lr_width_scaling=True,
-    adam_betas=(0.8, 0.95), adam_eps=1e-10, weight_decay=0.0, cautious_weight_decay=False,
-    muon_momentum=0.95, muon_momentum_warmup_start=0.85, muon_momentum_warmup_steps=300,
-    nesterov=True, polar_express_steps=5, normuon=False, normuon_beta2=0.95, grad_clip=0.0,
+    matrix_lr=0.02,
+    embedding_lr=0.2,
+    unembedding_lr=0.004,
+    scalar_lr=0.5,
+    lr_width_scaling=True,
+    adam_betas=(0.8, 0.95),
+    adam_eps=1e-10,
+    weight_decay=0.0,
+    cautious_weight_decay=False,
+    muon_momentum=0.95,
+    muon_momentum_warmup_start=0.85,
+    muon_momentum_warmup_steps=300,
+    nesterov=True,
+    polar_express_steps=5,
+    normuon=False,
+    normuon_beta2=0.95,
+    grad_clip=0.0,
 )
 
 
@@ -86,13 +99,17 @@ class RefBlock(nn.Module):
 
 
 class RefGPT(nn.Module):
-    def __init__(self, vocab: int, depth: int, n_embd: int, n_head: int, n_kv_head: int, seq: int) -> None:
+    def __init__(
+        self, vocab: int, depth: int, n_embd: int, n_head: int, n_kv_head: int, seq: int
+    ) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab, n_embd)
         self.blocks = nn.ModuleList(RefBlock(n_embd, n_head, n_kv_head) for _ in range(depth))
         self.head = nn.Linear(n_embd, vocab, bias=False)
         half = n_embd // n_head // 2
-        freqs = torch.outer(torch.arange(seq).float(), 1.0 / 10000 ** (torch.arange(half).float() / half))
+        freqs = torch.outer(
+            torch.arange(seq).float(), 1.0 / 10000 ** (torch.arange(half).float() / half)
+        )
         self.register_buffer("cos", freqs.cos(), persistent=False)
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
@@ -111,8 +128,12 @@ class RefGPT(nn.Module):
 
 def make_trnf(shape: dict):
     config = GPTConfig(
-        vocab_size=shape["vocab"], sequence_len=shape["seq"], n_layer=shape["depth"],
-        n_head=shape["n_embd"] // shape["head_dim"], n_kv_head=shape["n_kv_head"], n_embd=shape["n_embd"],
+        vocab_size=shape["vocab"],
+        sequence_len=shape["seq"],
+        n_layer=shape["depth"],
+        n_head=shape["n_embd"] // shape["head_dim"],
+        n_kv_head=shape["n_kv_head"],
+        n_embd=shape["n_embd"],
     )
     model = GPT(config)
     optimizers = build_optimizers(model, OPTIM)
@@ -133,8 +154,14 @@ def make_trnf(shape: dict):
 
 
 def make_reference(shape: dict):
-    model = RefGPT(shape["vocab"], shape["depth"], shape["n_embd"], shape["n_embd"] // shape["head_dim"],
-                   shape["n_kv_head"], shape["seq"])
+    model = RefGPT(
+        shape["vocab"],
+        shape["depth"],
+        shape["n_embd"],
+        shape["n_embd"] // shape["head_dim"],
+        shape["n_kv_head"],
+        shape["seq"],
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.8, 0.95), weight_decay=0.0)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -206,22 +233,38 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per timed sample")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of {', '.join(SHAPES)}")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"
+    )
+    parser.add_argument(
+        "--shapes", default=",".join(SHAPES), help=f"comma list of {', '.join(SHAPES)}"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = {name: bench_shape(name, SHAPES[name], args.rounds, args.steps, args.warmup)
-               for name in args.shapes.split(",")}
-    print(json.dumps({
-        "benchmark": "train_throughput_cpu",
-        "reference": "plain PyTorch GPT of the same shape, one AdamW (this file)",
-        "step": "forward + backward + optimizer step, float32",
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "torch": torch.__version__, "threads": torch.get_num_threads()},
-        "rounds": args.rounds, "steps_per_sample": args.steps,
-        "results": results,
-    }, indent=2))
+    results = {
+        name: bench_shape(name, SHAPES[name], args.rounds, args.steps, args.warmup)
+        for name in args.shapes.split(",")
+    }
+    print(
+        json.dumps(
+            {
+                "benchmark": "train_throughput_cpu",
+                "reference": "plain PyTorch GPT of the same shape, one AdamW (this file)",
+                "step": "forward + backward + optimizer step, float32",
+                "machine": {
+                    "platform": platform.platform(),
+                    "processor": platform.processor() or platform.machine(),
+                    "torch": torch.__version__,
+                    "threads": torch.get_num_threads(),
+                },
+                "rounds": args.rounds,
+                "steps_per_sample": args.steps,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

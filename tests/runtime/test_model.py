@@ -44,7 +44,13 @@ def test_baseline_d10_has_exactly_59_637_760_parameters() -> None:
     config = GPTConfig.from_recipe(
         {"depth": 10, "aspect_ratio": 64, "head_dim": 128, "vocab_size": 8192, "sequence_len": 1024}
     )
-    assert (config.n_layer, config.n_embd, config.n_head, config.n_kv_head, config.head_dim) == (10, 640, 5, 5, 128)
+    assert (config.n_layer, config.n_embd, config.n_head, config.n_kv_head, config.head_dim) == (
+        10,
+        640,
+        5,
+        5,
+        128,
+    )
     with torch.device("meta"):  # shapes only, no memory
         model = GPT(config)
     assert model.num_params() == 2 * 8192 * 640 + 10 * 12 * 640**2 == 59_637_760
@@ -56,7 +62,9 @@ def test_from_recipe_rounds_width_up_to_head_dim_and_honours_explicit_shapes() -
     assert GPTConfig.from_recipe({"depth": 6, "aspect_ratio": 64, "head_dim": 128}).n_embd == 384
     c = GPTConfig.from_recipe({"depth": 5, "aspect_ratio": 50, "head_dim": 128})
     assert (c.n_embd, c.n_head, c.n_kv_head) == (256, 2, 2)
-    c = GPTConfig.from_recipe({"depth": 2, "n_embd": 128, "head_dim": 32, "n_kv_head": 2, "vocab_size": 512})
+    c = GPTConfig.from_recipe(
+        {"depth": 2, "n_embd": 128, "head_dim": 32, "n_kv_head": 2, "vocab_size": 512}
+    )
     assert (c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.vocab_size) == (128, 4, 2, 32, 512)
     with pytest.raises(ValueError, match="n_kv_head"):
         GPTConfig.from_recipe({"depth": 2, "n_embd": 128, "head_dim": 32, "n_kv_head": 3})
@@ -187,7 +195,9 @@ def test_loss_matches_cross_entropy_of_forward_and_ignores_minus_one() -> None:
     per_token = model.loss(idx, targets, reduction="none")
     assert per_token.shape == (2, 16)
     assert torch.all(per_token[0, :5] == 0)
-    expected = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1), ignore_index=-1)
+    expected = torch.nn.functional.cross_entropy(
+        logits.view(-1, VOCAB), targets.view(-1), ignore_index=-1
+    )
     torch.testing.assert_close(model.loss(idx, targets), expected)
     torch.testing.assert_close(model.loss(idx, targets, reduction="sum"), per_token.sum())
 
@@ -254,7 +264,9 @@ def test_param_groups_partition_the_parameters() -> None:
     assert len(ids) == len(set(ids)) == len(list(model.parameters()))
     assert all(p.dim() == 2 for p in groups["matrix"])
     assert groups["unembedding"] == [model.lm_head.weight]
-    assert groups["embedding"][0] is model.wte.weight and len(groups["embedding"]) == 1 + len(model.value_embeds)
+    assert groups["embedding"][0] is model.wte.weight and len(groups["embedding"]) == 1 + len(
+        model.value_embeds
+    )
     assert groups["scalar"] == []
 
 

@@ -32,7 +32,9 @@ def test_scalar_polynomial_band() -> None:
 
 
 @pytest.mark.parametrize("shape", [(32, 128), (128, 32), (48, 96), (16, 512)])
-def test_polar_express_singular_values_near_one_for_random_rectangular(shape: tuple[int, int]) -> None:
+def test_polar_express_singular_values_near_one_for_random_rectangular(
+    shape: tuple[int, int],
+) -> None:
     torch.manual_seed(0)
     G = torch.randn(*shape)
     out = polar_express(G)
@@ -103,7 +105,13 @@ def run_muon(steps: int = 40, **kwargs) -> tuple[list[float], torch.nn.Parameter
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"nesterov": False}, {"normuon": True}, {"weight_decay": 0.1, "cautious_wd": True}, {"weight_decay": 0.1}],
+    [
+        {},
+        {"nesterov": False},
+        {"normuon": True},
+        {"weight_decay": 0.1, "cautious_wd": True},
+        {"weight_decay": 0.1},
+    ],
 )
 def test_muon_reduces_loss(kwargs: dict) -> None:
     losses, W, _ = run_muon(**kwargs)
@@ -121,7 +129,9 @@ def test_muon_first_step_is_lr_times_scale_times_orthogonal_update() -> None:
         opt = Muon([W], lr=0.1, momentum=0.0)
         opt.step()
         scale = max(1.0, shape[0] / shape[1]) ** 0.5
-        torch.testing.assert_close(before - W.detach(), 0.1 * scale * polar_express(W.grad), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            before - W.detach(), 0.1 * scale * polar_express(W.grad), atol=1e-6, rtol=1e-5
+        )
 
 
 def test_muon_weight_decay_is_decoupled_and_scaled_by_lr() -> None:

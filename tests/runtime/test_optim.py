@@ -48,7 +48,7 @@ def train(model: GPT, optim_cfg: dict, steps: int, seed: int = 0) -> list[float]
     g = torch.Generator().manual_seed(seed)
     data = torch.randint(0, 128, (4, 17), generator=g)
     losses = []
-    for step in range(steps):
+    for _ in range(steps):
         loss = model.loss(data[:, :-1], data[:, 1:])
         loss.backward()
         clip_grad_norm(model.parameters(), optim_cfg["grad_clip"])
@@ -84,7 +84,10 @@ def test_groups_lrs_and_betas_follow_the_recipe() -> None:
 
 def test_width_scaling_off_keeps_recipe_lrs() -> None:
     adamw, _ = build_optimizers(tiny_model(), {**OPTIM, "lr_width_scaling": False})
-    assert {g["name"]: g["lr"] for g in adamw.param_groups} == {"embedding": 0.2, "unembedding": 0.004}
+    assert {g["name"]: g["lr"] for g in adamw.param_groups} == {
+        "embedding": 0.2,
+        "unembedding": 0.004,
+    }
 
 
 def test_apply_schedule_sets_lr_from_initial_and_muon_momentum_in_place() -> None:
@@ -96,15 +99,24 @@ def test_apply_schedule_sets_lr_from_initial_and_muon_momentum_in_place() -> Non
         for group in opt.param_groups:
             lr = group["lr"]
             assert float(lr) == pytest.approx(group["initial_lr"] * 0.25)
-    assert muon.param_groups[0]["lr"] is lr_tensor and muon.param_groups[0]["momentum"] is mom_tensor
+    assert (
+        muon.param_groups[0]["lr"] is lr_tensor and muon.param_groups[0]["momentum"] is mom_tensor
+    )
     assert mom_tensor.item() == pytest.approx(0.9)
     lrs = current_lrs(optimizers)
-    assert set(lrs) == {"embedding", "unembedding", "matrix"} and lrs["matrix"] == pytest.approx(0.005)
+    assert set(lrs) == {"embedding", "unembedding", "matrix"} and lrs["matrix"] == pytest.approx(
+        0.005
+    )
 
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"normuon": True}, {"weight_decay": 0.05, "cautious_weight_decay": True}, {"grad_clip": 1.0}],
+    [
+        {},
+        {"normuon": True},
+        {"weight_decay": 0.05, "cautious_weight_decay": True},
+        {"grad_clip": 1.0},
+    ],
 )
 def test_muon_plus_adamw_reduce_the_loss_of_the_model(overrides: dict) -> None:
     model = tiny_model(value_embeds=True)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps, progress_from_time
+from trnfrontier.runtime.schedule import (
+    lr_multiplier,
+    muon_momentum,
+    progress_from_steps,
+    progress_from_time,
+)
 
 
 def test_warmup_flat_warmdown_shape_at_the_boundaries() -> None:
@@ -36,8 +41,8 @@ def test_no_warmdown_stays_flat_and_full_warmdown_is_linear() -> None:
 def test_multiplier_is_monotone_in_each_phase() -> None:
     ps = [i / 1000 for i in range(1001)]
     ys = [lr_multiplier(p, 0.2, 0.5, 0.05) for p in ps]
-    assert all(b >= a for a, b in zip(ys[:200], ys[1:201]))
-    assert all(b <= a for a, b in zip(ys[500:], ys[501:]))
+    assert all(b >= a for a, b in zip(ys[:200], ys[1:201], strict=True))
+    assert all(b <= a for a, b in zip(ys[500:], ys[501:], strict=False))
     assert min(ys[1:]) >= 0.0 and max(ys) == 1.0
 
 

@@ -55,9 +55,13 @@ class GPTConfig:
         if self.n_head < 1 or self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
         if self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)")
+            raise ValueError(
+                f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)"
+            )
         if self.n_kv_head < 1 or self.n_kv_head > self.n_head or self.n_head % self.n_kv_head:
-            raise ValueError(f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} (grouped-query attention)")
+            raise ValueError(
+                f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} (grouped-query attention)"
+            )
         if self.softcap < 0:
             raise ValueError(f"softcap={self.softcap} must be >= 0 (0 disables it)")
 
@@ -229,7 +233,9 @@ class GPT(nn.Module):
         c = self.config
         device = self.wte.weight.device
         half = c.head_dim // 2
-        inv_freq = 1.0 / (c.rope_base ** (torch.arange(0, half, dtype=torch.float32, device=device) / half))
+        inv_freq = 1.0 / (
+            c.rope_base ** (torch.arange(0, half, dtype=torch.float32, device=device) / half)
+        )
         t = torch.arange(length, dtype=torch.float32, device=device)
         freqs = torch.outer(t, inv_freq)
         self.rotary_cos = freqs.cos()[None, None]
@@ -297,4 +303,9 @@ class GPT(nn.Module):
         unembedding = [self.lm_head.weight]
         taken = {id(p) for p in (*matrix, *embedding, *unembedding)}
         scalar = [p for p in self.parameters() if id(p) not in taken]
-        return {"matrix": matrix, "embedding": embedding, "unembedding": unembedding, "scalar": scalar}
+        return {
+            "matrix": matrix,
+            "embedding": embedding,
+            "unembedding": unembedding,
+            "scalar": scalar,
+        }

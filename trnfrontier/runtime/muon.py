@@ -10,7 +10,8 @@ every step and is never re-traced when the schedule moves.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -73,7 +74,9 @@ def set_hyperparams(optimizer: torch.optim.Optimizer, **values: float) -> None:
     for group in optimizer.param_groups:
         for name, value in values.items():
             if name not in group:
-                raise KeyError(f"{type(optimizer).__name__} param group has no hyperparameter {name!r}")
+                raise KeyError(
+                    f"{type(optimizer).__name__} param group has no hyperparameter {name!r}"
+                )
             current = group[name]
             if isinstance(current, Tensor):
                 current.fill_(float(value))
@@ -110,7 +113,9 @@ class Muon(torch.optim.Optimizer):
         eps: float = 1e-10,
     ) -> None:
         if lr <= 0 or not 0.0 <= momentum < 1.0 or weight_decay < 0 or not 0.0 <= beta2 < 1.0:
-            raise ValueError(f"bad Muon hyperparameters: lr={lr}, momentum={momentum}, weight_decay={weight_decay}, beta2={beta2}")
+            raise ValueError(
+                f"bad Muon hyperparameters: lr={lr}, momentum={momentum}, weight_decay={weight_decay}, beta2={beta2}"
+            )
         defaults = dict(
             lr=lr,
             momentum=momentum,
@@ -125,7 +130,9 @@ class Muon(torch.optim.Optimizer):
         super().__init__(params, defaults)
         for group in self.param_groups:
             if any(p.dim() < 2 for p in group["params"]):
-                raise ValueError("Muon takes only matrices (dim >= 2); give vectors and scalars to AdamW")
+                raise ValueError(
+                    "Muon takes only matrices (dim >= 2); give vectors and scalars to AdamW"
+                )
             device = group["params"][0].device if group["params"] else torch.device("cpu")
             # One tensor per group and name: never shared between groups.
             for name in HYPERPARAMS:
@@ -140,7 +147,9 @@ class Muon(torch.optim.Optimizer):
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(p)
         if group["normuon"] and "second_moment" not in state:
-            state["second_moment"] = torch.zeros(p.shape[0], 1, dtype=torch.float32, device=p.device)
+            state["second_moment"] = torch.zeros(
+                p.shape[0], 1, dtype=torch.float32, device=p.device
+            )
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -148,7 +157,7 @@ class Muon(torch.optim.Optimizer):
         that a compiled step keeps seeing the same objects after a resume."""
         keep = [{name: group[name] for name in HYPERPARAMS} for group in self.param_groups]
         super().load_state_dict(state_dict)
-        for group, old in zip(self.param_groups, keep):
+        for group, old in zip(self.param_groups, keep, strict=True):
             for name, tensor in old.items():
                 tensor.copy_(torch.as_tensor(group[name], dtype=torch.float32))
                 group[name] = tensor
@@ -188,7 +197,7 @@ class Muon(torch.optim.Optimizer):
             if group["normuon"]:
                 ortho = self._normuon(params, ortho, group["beta2"], group["eps"])
             scale = max(1.0, rows / cols) ** 0.5
-            for p, o in zip(params, ortho.unbind(0)):
+            for p, o in zip(params, ortho.unbind(0), strict=True):
                 o = o.view(shape).to(p.dtype)
                 if group["cautious_wd"]:
                     mask = (torch.sign(o) == torch.sign(p)).to(p.dtype)

@@ -10,7 +10,7 @@ Every replacement must keep the reference's signature, shapes, dtype and semanti
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -55,7 +55,9 @@ def _softcap(logits: Tensor, cap: float) -> Tensor:
     return cap * torch.tanh(logits / cap)
 
 
-def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+def _cross_entropy(
+    logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
     """Cross-entropy in float32 over the last dimension; ``reduction="none"`` keeps the
     targets' shape."""
     loss = F.cross_entropy(
@@ -126,5 +128,7 @@ def softcap(logits: Tensor, cap: float) -> Tensor:
     return OPS["softcap"](logits, cap)
 
 
-def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+def cross_entropy(
+    logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
     return OPS["cross_entropy"](logits, targets, ignore_index=ignore_index, reduction=reduction)

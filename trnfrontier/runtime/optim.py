@@ -8,7 +8,8 @@ step. Each param group remembers its base LR as ``group["initial_lr"]`` and its 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -80,7 +81,9 @@ def build_optimizers(model: GPT, optim_cfg: dict[str, Any]) -> list[torch.optim.
     return optimizers
 
 
-def apply_schedule(optimizers: Iterable[torch.optim.Optimizer], lr_multiplier: float, muon_momentum: float) -> None:
+def apply_schedule(
+    optimizers: Iterable[torch.optim.Optimizer], lr_multiplier: float, muon_momentum: float
+) -> None:
     """Set every group's LR to ``initial_lr * lr_multiplier`` and Muon's momentum.
 
     Muon's weight decay is multiplied by its LR inside the step, so it follows the

@@ -12,13 +12,17 @@ def _clamp01(x: float) -> float:
     return min(1.0, max(0.0, x))
 
 
-def lr_multiplier(progress: float, warmup_frac: float, warmdown_frac: float, final_lr_frac: float) -> float:
+def lr_multiplier(
+    progress: float, warmup_frac: float, warmdown_frac: float, final_lr_frac: float
+) -> float:
     """LR multiplier at ``progress``: linear warm-up from 0 to 1 over [0, warmup_frac],
     flat at 1, then linear warm-down from 1 to ``final_lr_frac`` over the last
     ``warmdown_frac``. Progress outside [0, 1] is clamped (past the end: final_lr_frac).
     """
     if warmup_frac < 0 or warmdown_frac < 0 or warmup_frac + warmdown_frac > 1.0:
-        raise ValueError(f"need warmup_frac, warmdown_frac >= 0 with sum <= 1, got {warmup_frac}, {warmdown_frac}")
+        raise ValueError(
+            f"need warmup_frac, warmdown_frac >= 0 with sum <= 1, got {warmup_frac}, {warmdown_frac}"
+        )
     p = _clamp01(progress)
     if warmup_frac > 0 and p < warmup_frac:
         return p / warmup_frac
