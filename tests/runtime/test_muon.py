@@ -204,6 +204,27 @@ def test_state_dict_round_trip_keeps_hyperparameter_tensor_objects() -> None:
     torch.testing.assert_close(fresh.state[W2]["momentum_buffer"], opt.state[W]["momentum_buffer"])
 
 
+def test_muon_calls_the_module_global_polar_express(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels layer swaps ``muon.polar_express``; Muon must pick the swap up, and
+    orthogonalise same-shaped matrices in one batched call."""
+    import trnfrontier.runtime.muon as muon_module
+
+    calls = []
+
+    def spy(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+        calls.append(tuple(G.shape))
+        return polar_express(G, steps, eps)
+
+    monkeypatch.setattr(muon_module, "polar_express", spy)
+    params = [torch.nn.Parameter(torch.randn(8, 16)) for _ in range(3)] + [
+        torch.nn.Parameter(torch.randn(16, 8))
+    ]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    Muon(params, lr=0.01).step()
+    assert sorted(calls) == [(1, 16, 8), (3, 8, 16)]
+
+
 def test_muon_rejects_vectors() -> None:
     with pytest.raises(ValueError, match="matrices"):
         Muon([torch.nn.Parameter(torch.zeros(4))])

@@ -193,6 +193,8 @@ class Muon(torch.optim.Optimizer):
             for size in shape[1:]:
                 cols *= size
             stacked = torch.stack([u.reshape(rows, cols) for _, u in items])
+            # Looked up as a module global on purpose: the kernels layer swaps
+            # ``muon.polar_express`` for an NKI op, so never bind it locally.
             ortho = polar_express(stacked, steps=group["ns_steps"]).float()
             if group["normuon"]:
                 ortho = self._normuon(params, ortho, group["beta2"], group["eps"])
