@@ -31,8 +31,9 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 # The process start the budget clock measures from (see record_step_boundary).
 PROCESS_START_TIME = time.time()
@@ -144,7 +145,7 @@ class Tokenizer:
         self.bos_token_id = encoding.encode_single_token(BOS_TOKEN)
 
     @classmethod
-    def from_pickle_bytes(cls, data: bytes, sha256: str | None = None) -> "Tokenizer":
+    def from_pickle_bytes(cls, data: bytes, sha256: str | None = None) -> Tokenizer:
         import pickle
 
         import tiktoken
@@ -159,7 +160,7 @@ class Tokenizer:
         return cls(encoding, sha256=sha256)
 
     @classmethod
-    def from_directory(cls, path: str | os.PathLike[str]) -> "Tokenizer":
+    def from_directory(cls, path: str | os.PathLike[str]) -> Tokenizer:
         """Load ``tokenizer.pkl`` from a directory (a dataset's ``tokenizer/``)."""
         file = Path(path) / "tokenizer.pkl"
         if not file.is_file():
@@ -539,7 +540,7 @@ def download_file(
             last_error = str(exc.reason)
         except _Retry as exc:
             last_error = str(exc)
-        except (http.client.HTTPException, ConnectionError, TimeoutError, socket.timeout) as exc:
+        except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
             last_error = f"{type(exc).__name__}: {exc}"
     raise PrepareError(
         f"could not download {url} after {retries + 1} attempts (last: {last_error}); "

@@ -23,8 +23,9 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,9 +132,10 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO_ROOT))
-    import prepare
     import pyarrow.parquet as pq
     import torch
+
+    import prepare
 
     home = args.home or Path(tempfile.mkdtemp(prefix="trnf-bench-"))
     os.environ["TRNF_HOME"] = str(home)

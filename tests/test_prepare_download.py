@@ -10,9 +10,9 @@ import io
 import json
 import socket
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -79,7 +79,7 @@ class FaultyServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/resolve/main"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FaultyServer":
+    def __enter__(self) -> FaultyServer:
         self.thread.start()
         return self
 

@@ -93,3 +93,34 @@ def test_train_py_without_load_for_eval_is_refused(prepare_module, sample_home, 
     train_py.write_text("x = 1\n")
     completed = run_prepare(prepare_module, "eval-public", "--train-py", str(train_py), "--checkpoint", str(train_py))
     assert completed.returncode == 1 and "defines no load_for_eval" in completed.stderr
+
+
+def test_prepare_py_is_standalone(prepare_module) -> None:
+    """Only the standard library and the competition's packages, and the heavy ones lazily."""
+    import ast
+
+    source = Path(prepare_module.__file__).read_text()
+    allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "pyarrow", "tiktoken", "rustbpe"}
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert imported - {"__future__"} <= allowed, imported - allowed
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import prepare; "
+             "print(sorted(m for m in ('torch', 'numpy', 'pyarrow', 'tiktoken', 'rustbpe') if m in sys.modules))")
+    completed = subprocess.run([sys.executable, "-c", probe, str(Path(prepare_module.__file__).parent)],
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0 and completed.stdout.strip() == "[]", completed.stderr
+
+
+def test_print0_prints_on_rank_zero_only(prepare_module, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    prepare_module.print0("hidden")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    prepare_module.print0("shown")
+    assert capsys.readouterr().out == "shown\n"

@@ -11,8 +11,9 @@ import errno
 import inspect
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.progress import (
     BarColumn,

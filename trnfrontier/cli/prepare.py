@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from trnfrontier.console import out, print_json
@@ -12,8 +10,8 @@ from trnfrontier.data_prep import run_prepare, summary_table
 
 def command(
     source: str = typer.Option("climbmix", "--source", help="climbmix (download), local (--path DIR) or sample (offline)."),
-    path: Optional[str] = typer.Option(None, "--path", help="Folder of .parquet/.jsonl/.txt files for --source local."),
-    num_train_shards: Optional[int] = typer.Option(None, "--num-train-shards", help="ClimbMix training shards to download."),
+    path: str | None = typer.Option(None, "--path", help="Folder of .parquet/.jsonl/.txt files for --source local."),
+    num_train_shards: int | None = typer.Option(None, "--num-train-shards", help="ClimbMix training shards to download."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Download or build the data, train the tokenizer and pre-tokenize (idempotent)."""
