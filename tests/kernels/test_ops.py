@@ -178,3 +178,15 @@ def test_register_ops_routes_the_model_through_the_custom_ops() -> None:
     register_ops()
     for entry in ("relu_squared", "rms_norm", "apply_rotary", "causal_attention", "cross_entropy"):
         assert ops.OPS[entry] is not ops.reference(entry)
+
+
+def test_benchmark_kernels_reports_every_kernel_against_its_reference() -> None:
+    from trnfrontier.runtime.kernels.bench import benchmark_kernels
+
+    rows = benchmark_kernels("cpu", repeats=1)
+    assert [r["name"] for r in rows] == ["relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "attention", "polar_express"]
+    for row in rows:
+        assert row["impl"] == "reference" and row["device"] == "cpu"
+        assert row["kernel_ms"] > 0 and row["reference_ms"] > 0 and row["speedup"] > 0
+        assert ("achieved_gbps" in row) != ("achieved_tflops" in row)
+        assert row["peak_fraction"] is None  # no published peak for a CPU

@@ -39,11 +39,16 @@ class KernelFallbackWarning(UserWarning):
 
 
 def kernels_dir() -> Path:
-    """``$TRNF_KERNELS_DIR``, else ``kernels/`` at the repository root (or beside train.py)."""
+    """Where the kernel files are: ``$TRNF_KERNELS_DIR``, else the first ``kernels/`` that
+    exists at the repository root, beside this file (a packaged train.py inlines this
+    module), or in the working directory."""
     env = os.environ.get(KERNELS_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parents[3] / "kernels"
+    here = Path(__file__).resolve()
+    candidates = [here.parents[3] / "kernels"] if len(here.parents) > 3 else []
+    candidates += [here.parent / "kernels", Path.cwd() / "kernels"]
+    return next((c for c in candidates if (c / "relu2.py").is_file()), candidates[0])
 
 
 def load_kernel_file(name: str) -> ModuleType:
