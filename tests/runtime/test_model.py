@@ -304,3 +304,72 @@ def test_causal_attention_matches_explicit_masked_softmax() -> None:
     scores = q @ kk.transpose(-1, -2) / math.sqrt(8)
     scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
     torch.testing.assert_close(out, scores.softmax(-1) @ vv, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- agreement with the schema
+
+
+def test_from_recipe_agrees_with_the_schema_on_every_shipped_recipe() -> None:
+    """The runtime derives shapes without pydantic; it must match schema.py exactly."""
+    from pathlib import Path
+
+    loading = pytest.importorskip("trnfrontier.recipes.loading")
+    recipes = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
+    if not recipes:
+        pytest.skip("no shipped recipes")
+    for path in recipes:
+        recipe = loading.load_recipe(path)
+        section = recipe.model_dump(mode="json")["model"]
+        config = GPTConfig.from_recipe(section)
+        assert config.n_embd == recipe.model.resolved_n_embd(), path.name
+        assert config.head_dim == recipe.model.head_dim, path.name
+        assert config.n_layer == recipe.model.depth and config.vocab_size == recipe.model.vocab_size
+        if path.stem == "baseline_d10":
+            with torch.device("meta"):
+                assert GPT(config).num_params() == 59_637_760
+
+
+def test_from_recipe_matches_schema_derivation_over_many_shapes() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    schema = pytest.importorskip("trnfrontier.recipes.schema")
+
+    @hypothesis.given(
+        depth=st.integers(1, 24),
+        aspect=st.integers(1, 128),
+        head_dim=st.sampled_from([8, 16, 32, 64, 128]),
+        kv_divisor=st.sampled_from([1, 2, 4]),
+    )
+    @hypothesis.settings(max_examples=40, deadline=None)
+    def check(depth: int, aspect: int, head_dim: int, kv_divisor: int) -> None:
+        section = schema.ModelSection(depth=depth, aspect_ratio=aspect, head_dim=head_dim)
+        n_head = section.resolved_n_embd() // head_dim
+        if n_head % kv_divisor:
+            return
+        section = schema.ModelSection(
+            depth=depth, aspect_ratio=aspect, head_dim=head_dim, n_kv_head=n_head // kv_divisor
+        )
+        config = GPTConfig.from_recipe(section.model_dump(mode="json"))
+        assert config.n_embd == section.resolved_n_embd()
+        assert config.n_embd >= depth * aspect and config.n_embd % head_dim == 0
+        assert config.n_embd - depth * aspect < head_dim  # rounded up, not further
+        assert (config.n_head, config.n_kv_head) == (n_head, n_head // kv_divisor)
+
+    check()
+
+
+def test_meta_construction_then_to_empty_and_init_weights_gives_a_working_model() -> None:
+    """init_weights() is a function of the RNG state when it is called, whatever the
+    construction path (module constructors draw their own default inits first)."""
+    config = tiny_config(n_kv_head=2)
+    reference = GPT(config)
+    torch.manual_seed(0)
+    reference.init_weights()
+    with torch.device("meta"):
+        model = GPT(config)
+    model.to_empty(device="cpu")
+    torch.manual_seed(0)
+    model.init_weights()  # also rebuilds the non-persistent rotary tables
+    idx = torch.randint(0, VOCAB, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), reference(idx))
