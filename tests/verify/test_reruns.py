@@ -24,6 +24,7 @@ def _true_bpb(src: Path, prepare_module) -> float:
     return float(prepare_module.evaluate_bpb(model, tokenizer, 4, seq_len=32, max_tokens=4096)["val_bpb"])
 
 
+@pytest.mark.slow
 def test_rerun_eval_reproduces_an_honest_claim_and_refuses_a_false_one(sample_home: Path, prepare_module, tmp_path: Path) -> None:
     (tmp_path / "honest").mkdir()
     (tmp_path / "false").mkdir()

@@ -1,7 +1,7 @@
 """verify_archive: run every check on one archive, in order, and return the Report.
 
 Order matters for safety: nothing from the archive executes until extraction, the
-manifest, the static screen and the checkpoint have passed. The contract probe,
+manifest, launch.txt, the static screen, the size limit and the checkpoint have passed. The contract probe,
 ``--rerun-eval`` and ``--dry-run`` (the only steps that run archive code, each in a
 subprocess with a time limit) are skipped, with the reason, when any of those failed.
 """
@@ -31,7 +31,9 @@ from trnfrontier.verify.screen import screen_files
 RERUN_TOLERANCE = 1e-4
 # Every check, in report order; the ones after GATE run archive code.
 CHECK_NAMES = ("extract", "manifest", "pin:prepare", "pin:tokenizer", "launch", "screen", "upload-size", "checkpoint", "budget", "contract")
-GATE = ("manifest", "screen", "upload-size", "checkpoint")
+# A failure here marks the archive as malformed or hostile, so none of its code runs.
+# (A pin or budget failure does not: the contract result is still worth reporting.)
+GATE = ("manifest", "launch", "screen", "upload-size", "checkpoint")
 
 
 @dataclass
@@ -210,7 +212,7 @@ def verify_archive(archive: Path, options: Options | None = None) -> Report:
             report.add(skipped("rerun-eval", why) if blocked else _rerun_check(root, meta, trusted, options))
         if options.dry_run:
             if blocked or launch is None:
-                report.add(skipped("dry-run", why if blocked else "not run: launch.txt is invalid"))
+                report.add(skipped("dry-run", why))
             else:
                 work = Path(tmp) / "dry-run"
                 work.mkdir()
