@@ -13,8 +13,9 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from trnfrontier import submission as fmt
 from verify_kit import LAUNCH, TRAIN_PY, build_archive, good_meta, raw_tar, tiny_state
+
+from trnfrontier import submission as fmt
 
 MARKER_NAME = "PWNED_MARKER"
 

@@ -9,11 +9,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from corpus import CORPUS, MARKER_NAME, _Payload
+from verify_kit import build_archive, pins_file
+
 from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.runner import CHECK_NAMES
-from verify_kit import build_archive, pins_file
 
 
 def _tree(root: Path) -> set[str]:

@@ -7,10 +7,10 @@ import types
 from pathlib import Path
 
 import pytest
+from verify_kit import LAUNCH, TRAIN_PY, build_archive, good_meta, pins_file
 
 from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.dryrun import build_clean_env
-from verify_kit import LAUNCH, TRAIN_PY, build_archive, good_meta, pins_file
 
 REPO = Path(__file__).resolve().parents[2]
 

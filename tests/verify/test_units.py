@@ -7,15 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from verify_kit import GOOD_TIMES, build_archive, good_meta, pins_file, step_log
 
 from trnfrontier import submission as fmt
 from trnfrontier.runtime.contract import sha256_file
-from trnfrontier.verify import Options, verify_archive
+from trnfrontier.verify import verify_archive
 from trnfrontier.verify.budget import documented_accounting
 from trnfrontier.verify.launch import LaunchError, parse_launch
 from trnfrontier.verify.pins import load_pins
 from trnfrontier.verify.screen import screen_source
-from verify_kit import GOOD_TIMES, build_archive, good_meta, pins_file, step_log
 
 REPO = Path(__file__).resolve().parents[2]
 

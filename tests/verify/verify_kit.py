@@ -127,9 +127,14 @@ if __name__ == "__main__":
 '''
 
 
-def tiny_state(seed: int = 0) -> dict[str, torch.Tensor]:
+def train_source(n_embd: int = 16, mode: str = "good") -> str:
+    """TRAIN_PY for a model of width ``n_embd``, spoiled by ``mode`` (peek, batch, noise, hook)."""
+    return TRAIN_PY.replace('"n_embd": 16', f'"n_embd": {n_embd}').replace('MODE = "good"', f'MODE = "{mode}"')
+
+
+def tiny_state(seed: int = 0, n_embd: int = 16) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
-    v, d = 8192, 16
+    v, d = 8192, n_embd
     return {
         "wte.weight": torch.randn(v, d) * 0.02,
         "qkv.weight": torch.randn(3 * d, d) * 0.1,

@@ -88,7 +88,7 @@ def scan_safetensors(path: Path) -> TensorSummary:
                 raise CheckpointError(f"{path.name}: tensor {name!r} byte span does not match its shape and dtype")
             spans.append((begin, end, name, info))
         spans.sort()
-        for (_, prev_end, prev, _), (begin, _, name, _) in zip(spans, spans[1:]):
+        for (_, prev_end, prev, _), (begin, _, name, _) in zip(spans, spans[1:], strict=False):
             if begin < prev_end:
                 raise CheckpointError(f"{path.name}: tensors {prev!r} and {name!r} overlap")
         params = 0
