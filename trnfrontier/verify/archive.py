@@ -111,8 +111,9 @@ def safe_extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Extrac
     nothing behind but what the caller's temporary directory holds.
     """
     root = dest.resolve()
-    result = Extracted(root=root, compressed_bytes=archive.stat().st_size)
+    result = Extracted(root=root)
     try:
+        result.compressed_bytes = archive.stat().st_size
         with tarfile.open(archive, "r:*") as tar:
             members: list[tarfile.TarInfo] = []
             seen: set[str] = set()

@@ -7,7 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.submission import FORMAT, MANIFEST, REQUIRED_MEMBERS, is_allowed_member, member_path
+from trnfrontier.submission import (
+    FORMAT,
+    MANIFEST,
+    REQUIRED_MEMBERS,
+    is_allowed_member,
+    member_path,
+)
 from trnfrontier.verify.report import Check, failed, passed
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -173,7 +173,7 @@ class _Screener(ast.NodeVisitor):
                 if isinstance(sub, (ast.Attribute, ast.Subscript)) and _root(sub) in self.prepare_names:
                     self.flag(node, "assigns into prepare (monkeypatching the trusted module)")
                     return
-                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Attribute) and sub.value.attr == "modules":
+                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Attribute) and sub.value.attr == "modules" and _root(sub.value) == "sys":
                     self.flag(node, "assigns into sys.modules (replacing a module)")
                     return
 
@@ -209,12 +209,9 @@ def local_modules(names: list[str]) -> set[str]:
     """Top-level importable names the archive itself provides (``foo.py`` or ``foo/...py``)."""
     found: set[str] = set()
     for name in names:
-        if not name.endswith(".py"):
-            continue
-        parts = name.split("/")
-        found.add(parts[0][:-3] if len(parts) == 1 else parts[0])
-    found.discard("train")
-    found.add("train")  # train.py may be imported by its own helpers
+        if name.endswith(".py"):
+            parts = name.split("/")
+            found.add(parts[0][:-3] if len(parts) == 1 else parts[0])  # "train" included: helpers may import it
     return found
 
 
