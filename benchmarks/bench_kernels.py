@@ -33,11 +33,21 @@ def main() -> None:
     args = parser.parse_args()
     device = devices.resolve_device(args.device)
     rows = benchmark_kernels(device, repeats=args.repeats)
-    print(json.dumps({
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-                    "device": devices.device_name(device), "threads": torch.get_num_threads()},
-        "kernels": rows,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "machine": {
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                    "torch": torch.__version__,
+                    "device": devices.device_name(device),
+                    "threads": torch.get_num_threads(),
+                },
+                "kernels": rows,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def _load_transposed(src, dtype, rows, d):
 
 def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
     d = q.shape[3]
-    qT = _load_transposed(q[b, h, q0:q0 + rq, :], q.dtype, rq, d)
+    qT = _load_transposed(q[b, h, q0 : q0 + rq, :], q.dtype, rq, d)
     m = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     l_sum = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     acc = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
@@ -48,32 +48,50 @@ def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
     # key tiles share the query tiling, so the diagonal tile starts at k0 == q0
     for k0 in nl.static_range(0, q0 + 1, PMAX):
         rk = min(PMAX, q.shape[2] - k0)
-        kT = _load_transposed(k[b, kvh, k0:k0 + rk, :], k.dtype, rk, d)
+        kT = _load_transposed(k[b, kvh, k0 : k0 + rk, :], k.dtype, rk, d)
         vt = nl.ndarray((PMAX, d), dtype=v.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=vt[0:rk, :], src=v[b, kvh, k0:k0 + rk, :])
+        nisa.dma_copy(dst=vt[0:rk, :], src=v[b, kvh, k0 : k0 + rk, :])
         s_ps = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=s_ps[0:rq, 0:rk], stationary=qT[:, 0:rq], moving=kT[:, 0:rk])
         s = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=s[0:rq, 0:rk], op=nl.copy, data=s_ps[0:rq, 0:rk], scale=scale)
         if k0 == q0:
             # keep key x of query row p where (q0 + p) - (k0 + x) >= 0
-            nisa.affine_select(dst=s[0:rq, 0:rk], pattern=[[-1, rk]], channel_multiplier=1,
-                               on_true_tile=s[0:rq, 0:rk], on_false_value=NEG_BIG,
-                               cmp_op=nl.greater_equal, offset=q0 - k0)
+            nisa.affine_select(
+                dst=s[0:rq, 0:rk],
+                pattern=[[-1, rk]],
+                channel_multiplier=1,
+                on_true_tile=s[0:rq, 0:rk],
+                on_false_value=NEG_BIG,
+                cmp_op=nl.greater_equal,
+                offset=q0 - k0,
+            )
         cmax = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(dst=cmax[0:rq, :], op=nl.maximum, data=s[0:rq, 0:rk], axis=1, keepdims=True)
+        nisa.tensor_reduce(
+            dst=cmax[0:rq, :], op=nl.maximum, data=s[0:rq, 0:rk], axis=1, keepdims=True
+        )
         m_new = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=m_new[0:rq, :], data1=m[0:rq, :], data2=cmax[0:rq, :], op=nl.maximum)
         neg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=neg[0:rq, :], data=m_new[0:rq, :], op0=nl.multiply, operand0=-1.0)
         p = nl.ndarray((PMAX, PMAX), dtype=v.dtype, buffer=nl.sbuf)
         psum_row = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation_reduce(dst=p[0:rq, 0:rk], op=nl.exp, data=s[0:rq, 0:rk], bias=neg[0:rq, :],
-                               reduce_op=nl.add, reduce_res=psum_row[0:rq, :])
+        nisa.activation_reduce(
+            dst=p[0:rq, 0:rk],
+            op=nl.exp,
+            data=s[0:rq, 0:rk],
+            bias=neg[0:rq, :],
+            reduce_op=nl.add,
+            reduce_res=psum_row[0:rq, :],
+        )
         alpha = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=alpha[0:rq, :], op=nl.exp, data=m[0:rq, :], bias=neg[0:rq, :])
-        nisa.tensor_tensor(dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=alpha[0:rq, :], op=nl.multiply)
-        nisa.tensor_tensor(dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=psum_row[0:rq, :], op=nl.add)
+        nisa.tensor_tensor(
+            dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=alpha[0:rq, :], op=nl.multiply
+        )
+        nisa.tensor_tensor(
+            dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=psum_row[0:rq, :], op=nl.add
+        )
         nisa.tensor_copy(dst=m[0:rq, :], src=m_new[0:rq, :])
         pT_ps = nl.ndarray((PMAX, PMAX), dtype=v.dtype, buffer=nl.psum)
         nisa.nc_transpose(dst=pT_ps[0:rk, 0:rq], data=p[0:rq, 0:rk])
@@ -81,17 +99,19 @@ def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
         nisa.tensor_copy(dst=pT[0:rk, 0:rq], src=pT_ps[0:rk, 0:rq])
         pv_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=pv_ps[0:rq, :], stationary=pT[0:rk, 0:rq], moving=vt[0:rk, :])
-        nisa.tensor_scalar(dst=acc[0:rq, :], data=acc[0:rq, :], op0=nl.multiply, operand0=alpha[0:rq, :])
+        nisa.tensor_scalar(
+            dst=acc[0:rq, :], data=acc[0:rq, :], op0=nl.multiply, operand0=alpha[0:rq, :]
+        )
         nisa.tensor_tensor(dst=acc[0:rq, :], data1=acc[0:rq, :], data2=pv_ps[0:rq, :], op=nl.add)
     inv = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.reciprocal(dst=inv[0:rq, :], data=l_sum[0:rq, :])
     ot = nl.ndarray((PMAX, d), dtype=q.dtype, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=ot[0:rq, :], data=acc[0:rq, :], op0=nl.multiply, operand0=inv[0:rq, :])
-    nisa.dma_copy(dst=o[b, h, q0:q0 + rq, :], src=ot[0:rq, :])
+    nisa.dma_copy(dst=o[b, h, q0 : q0 + rq, :], src=ot[0:rq, :])
     lt = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=lt[0:rq, :], op=nl.log, data=l_sum[0:rq, :])
     nisa.tensor_tensor(dst=lt[0:rq, :], data1=lt[0:rq, :], data2=m[0:rq, :], op=nl.add)
-    nisa.dma_copy(dst=lse[b, h, q0:q0 + rq, :], src=lt[0:rq, :])
+    nisa.dma_copy(dst=lse[b, h, q0 : q0 + rq, :], src=lt[0:rq, :])
 
 
 @nki.jit

@@ -26,11 +26,13 @@ NEG_BIG = -1.0e30  # a finite -inf: exp(NEG_BIG - m) underflows to exactly 0
 def _softcapped(z, r0, rows, c0, cols, cap):
     """Load one chunk of logits and return it softcapped, in float32."""
     zt = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=zt[0:rows, 0:cols], src=z[r0:r0 + rows, c0:c0 + cols])
+    nisa.dma_copy(dst=zt[0:rows, 0:cols], src=z[r0 : r0 + rows, c0 : c0 + cols])
     s = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
     if cap > 0:
         nisa.activation(dst=s[0:rows, 0:cols], op=nl.tanh, data=zt[0:rows, 0:cols], scale=1.0 / cap)
-        nisa.tensor_scalar(dst=s[0:rows, 0:cols], data=s[0:rows, 0:cols], op0=nl.multiply, operand0=cap)
+        nisa.tensor_scalar(
+            dst=s[0:rows, 0:cols], data=s[0:rows, 0:cols], op0=nl.multiply, operand0=cap
+        )
     else:
         nisa.tensor_copy(dst=s[0:rows, 0:cols], src=zt[0:rows, 0:cols])
     return s
@@ -41,14 +43,16 @@ def _onehot(tg, rows, c0, cols):
     idx = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
     nisa.iota(dst=idx[0:rows, 0:cols], pattern=[[1, cols]], offset=c0, channel_multiplier=0)
     hot = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=hot[0:rows, 0:cols], data=idx[0:rows, 0:cols], op0=nl.equal, operand0=tg[0:rows, :])
+    nisa.tensor_scalar(
+        dst=hot[0:rows, 0:cols], data=idx[0:rows, 0:cols], op0=nl.equal, operand0=tg[0:rows, :]
+    )
     return hot
 
 
 def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
     v = z.shape[1]
     tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0:r0 + rows, :])
+    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0 : r0 + rows, :])
     m = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     l_sum = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     picked = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -59,35 +63,66 @@ def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
         cols = min(VCHUNK, v - c0)
         s = _softcapped(z, r0, rows, c0, cols, cap)
         cmax = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(dst=cmax[0:rows, :], op=nl.maximum, data=s[0:rows, 0:cols], axis=1, keepdims=True)
+        nisa.tensor_reduce(
+            dst=cmax[0:rows, :], op=nl.maximum, data=s[0:rows, 0:cols], axis=1, keepdims=True
+        )
         m_new = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=m_new[0:rows, :], data1=m[0:rows, :], data2=cmax[0:rows, :], op=nl.maximum)
+        nisa.tensor_tensor(
+            dst=m_new[0:rows, :], data1=m[0:rows, :], data2=cmax[0:rows, :], op=nl.maximum
+        )
         neg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=neg[0:rows, :], data=m_new[0:rows, :], op0=nl.multiply, operand0=-1.0)
+        nisa.tensor_scalar(
+            dst=neg[0:rows, :], data=m_new[0:rows, :], op0=nl.multiply, operand0=-1.0
+        )
         p = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
         csum = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation_reduce(dst=p[0:rows, 0:cols], op=nl.exp, data=s[0:rows, 0:cols], bias=neg[0:rows, :],
-                               reduce_op=nl.add, reduce_res=csum[0:rows, :])
+        nisa.activation_reduce(
+            dst=p[0:rows, 0:cols],
+            op=nl.exp,
+            data=s[0:rows, 0:cols],
+            bias=neg[0:rows, :],
+            reduce_op=nl.add,
+            reduce_res=csum[0:rows, :],
+        )
         alpha = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=alpha[0:rows, :], op=nl.exp, data=m[0:rows, :], bias=neg[0:rows, :])
-        nisa.tensor_tensor(dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=alpha[0:rows, :], op=nl.multiply)
-        nisa.tensor_tensor(dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=csum[0:rows, :], op=nl.add)
+        nisa.tensor_tensor(
+            dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=alpha[0:rows, :], op=nl.multiply
+        )
+        nisa.tensor_tensor(
+            dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=csum[0:rows, :], op=nl.add
+        )
         nisa.tensor_copy(dst=m[0:rows, :], src=m_new[0:rows, :])
         hot = _onehot(tg, rows, c0, cols)
-        nisa.tensor_tensor(dst=hot[0:rows, 0:cols], data1=hot[0:rows, 0:cols], data2=s[0:rows, 0:cols], op=nl.multiply)
+        nisa.tensor_tensor(
+            dst=hot[0:rows, 0:cols],
+            data1=hot[0:rows, 0:cols],
+            data2=s[0:rows, 0:cols],
+            op=nl.multiply,
+        )
         part = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(dst=part[0:rows, :], op=nl.add, data=hot[0:rows, 0:cols], axis=1, keepdims=True)
-        nisa.tensor_tensor(dst=picked[0:rows, :], data1=picked[0:rows, :], data2=part[0:rows, :], op=nl.add)
+        nisa.tensor_reduce(
+            dst=part[0:rows, :], op=nl.add, data=hot[0:rows, 0:cols], axis=1, keepdims=True
+        )
+        nisa.tensor_tensor(
+            dst=picked[0:rows, :], data1=picked[0:rows, :], data2=part[0:rows, :], op=nl.add
+        )
     out_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=out_lse[0:rows, :], op=nl.log, data=l_sum[0:rows, :])
-    nisa.tensor_tensor(dst=out_lse[0:rows, :], data1=out_lse[0:rows, :], data2=m[0:rows, :], op=nl.add)
+    nisa.tensor_tensor(
+        dst=out_lse[0:rows, :], data1=out_lse[0:rows, :], data2=m[0:rows, :], op=nl.add
+    )
     valid = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=valid[0:rows, :], data=tg[0:rows, :], op0=nl.greater_equal, operand0=0.0)
     out_loss = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=out_loss[0:rows, :], data1=out_lse[0:rows, :], data2=picked[0:rows, :], op=nl.subtract)
-    nisa.tensor_tensor(dst=out_loss[0:rows, :], data1=out_loss[0:rows, :], data2=valid[0:rows, :], op=nl.multiply)
-    nisa.dma_copy(dst=loss[r0:r0 + rows, :], src=out_loss[0:rows, :])
-    nisa.dma_copy(dst=lse[r0:r0 + rows, :], src=out_lse[0:rows, :])
+    nisa.tensor_tensor(
+        dst=out_loss[0:rows, :], data1=out_lse[0:rows, :], data2=picked[0:rows, :], op=nl.subtract
+    )
+    nisa.tensor_tensor(
+        dst=out_loss[0:rows, :], data1=out_loss[0:rows, :], data2=valid[0:rows, :], op=nl.multiply
+    )
+    nisa.dma_copy(dst=loss[r0 : r0 + rows, :], src=out_loss[0:rows, :])
+    nisa.dma_copy(dst=lse[r0 : r0 + rows, :], src=out_lse[0:rows, :])
 
 
 @nki.jit
@@ -106,12 +141,14 @@ def cross_entropy_fwd(z, targets, cap):
 def _bwd_tile(z, targets, lse, dloss, dz, r0, rows, cap):
     v = z.shape[1]
     tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0:r0 + rows, :])
+    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0 : r0 + rows, :])
     neg_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=neg_lse[0:rows, :], src=lse[r0:r0 + rows, :])
-    nisa.tensor_scalar(dst=neg_lse[0:rows, :], data=neg_lse[0:rows, :], op0=nl.multiply, operand0=-1.0)
+    nisa.dma_copy(dst=neg_lse[0:rows, :], src=lse[r0 : r0 + rows, :])
+    nisa.tensor_scalar(
+        dst=neg_lse[0:rows, :], data=neg_lse[0:rows, :], op0=nl.multiply, operand0=-1.0
+    )
     g = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=g[0:rows, :], src=dloss[r0:r0 + rows, :])
+    nisa.dma_copy(dst=g[0:rows, :], src=dloss[r0 : r0 + rows, :])
     valid = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=valid[0:rows, :], data=tg[0:rows, :], op0=nl.greater_equal, operand0=0.0)
     nisa.tensor_tensor(dst=g[0:rows, :], data1=g[0:rows, :], data2=valid[0:rows, :], op=nl.multiply)
@@ -119,20 +156,42 @@ def _bwd_tile(z, targets, lse, dloss, dz, r0, rows, cap):
         cols = min(VCHUNK, v - c0)
         s = _softcapped(z, r0, rows, c0, cols, cap)
         p = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=p[0:rows, 0:cols], op=nl.exp, data=s[0:rows, 0:cols], bias=neg_lse[0:rows, :])
+        nisa.activation(
+            dst=p[0:rows, 0:cols], op=nl.exp, data=s[0:rows, 0:cols], bias=neg_lse[0:rows, :]
+        )
         hot = _onehot(tg, rows, c0, cols)
-        nisa.tensor_tensor(dst=p[0:rows, 0:cols], data1=p[0:rows, 0:cols], data2=hot[0:rows, 0:cols], op=nl.subtract)
-        nisa.tensor_scalar(dst=p[0:rows, 0:cols], data=p[0:rows, 0:cols], op0=nl.multiply, operand0=g[0:rows, :])
+        nisa.tensor_tensor(
+            dst=p[0:rows, 0:cols],
+            data1=p[0:rows, 0:cols],
+            data2=hot[0:rows, 0:cols],
+            op=nl.subtract,
+        )
+        nisa.tensor_scalar(
+            dst=p[0:rows, 0:cols], data=p[0:rows, 0:cols], op0=nl.multiply, operand0=g[0:rows, :]
+        )
         if cap > 0:
             # d(cap tanh(z/cap))/dz = 1 - tanh^2 = 1 - (s/cap)^2
             t2 = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=t2[0:rows, 0:cols], op=nl.square, data=s[0:rows, 0:cols], scale=1.0 / cap)
-            nisa.tensor_scalar(dst=t2[0:rows, 0:cols], data=t2[0:rows, 0:cols], op0=nl.multiply, operand0=-1.0,
-                               op1=nl.add, operand1=1.0)
-            nisa.tensor_tensor(dst=p[0:rows, 0:cols], data1=p[0:rows, 0:cols], data2=t2[0:rows, 0:cols], op=nl.multiply)
+            nisa.activation(
+                dst=t2[0:rows, 0:cols], op=nl.square, data=s[0:rows, 0:cols], scale=1.0 / cap
+            )
+            nisa.tensor_scalar(
+                dst=t2[0:rows, 0:cols],
+                data=t2[0:rows, 0:cols],
+                op0=nl.multiply,
+                operand0=-1.0,
+                op1=nl.add,
+                operand1=1.0,
+            )
+            nisa.tensor_tensor(
+                dst=p[0:rows, 0:cols],
+                data1=p[0:rows, 0:cols],
+                data2=t2[0:rows, 0:cols],
+                op=nl.multiply,
+            )
         out = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
         nisa.tensor_copy(dst=out[0:rows, 0:cols], src=p[0:rows, 0:cols])
-        nisa.dma_copy(dst=dz[r0:r0 + rows, c0:c0 + cols], src=out[0:rows, 0:cols])
+        nisa.dma_copy(dst=dz[r0 : r0 + rows, c0 : c0 + cols], src=out[0:rows, 0:cols])
 
 
 @nki.jit

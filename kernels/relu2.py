@@ -19,12 +19,12 @@ def _fwd_tile(x, y, r0, rows):
     for c0 in nl.static_range(0, d, FREE_CHUNK):
         cols = min(FREE_CHUNK, d - c0)
         xt = nl.ndarray((PMAX, FREE_CHUNK), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt[0:rows, 0:cols], src=x[r0:r0 + rows, c0:c0 + cols])
+        nisa.dma_copy(dst=xt[0:rows, 0:cols], src=x[r0 : r0 + rows, c0 : c0 + cols])
         r = nl.ndarray((PMAX, FREE_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=r[0:rows, 0:cols], op=nl.relu, data=xt[0:rows, 0:cols])
         yt = nl.ndarray((PMAX, FREE_CHUNK), dtype=x.dtype, buffer=nl.sbuf)
         nisa.activation(dst=yt[0:rows, 0:cols], op=nl.square, data=r[0:rows, 0:cols])
-        nisa.dma_copy(dst=y[r0:r0 + rows, c0:c0 + cols], src=yt[0:rows, 0:cols])
+        nisa.dma_copy(dst=y[r0 : r0 + rows, c0 : c0 + cols], src=yt[0:rows, 0:cols])
 
 
 @nki.jit
@@ -45,14 +45,19 @@ def _bwd_tile(x, dy, dx, r0, rows):
         cols = min(FREE_CHUNK, d - c0)
         xt = nl.ndarray((PMAX, FREE_CHUNK), dtype=x.dtype, buffer=nl.sbuf)
         gt = nl.ndarray((PMAX, FREE_CHUNK), dtype=dy.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt[0:rows, 0:cols], src=x[r0:r0 + rows, c0:c0 + cols])
-        nisa.dma_copy(dst=gt[0:rows, 0:cols], src=dy[r0:r0 + rows, c0:c0 + cols])
+        nisa.dma_copy(dst=xt[0:rows, 0:cols], src=x[r0 : r0 + rows, c0 : c0 + cols])
+        nisa.dma_copy(dst=gt[0:rows, 0:cols], src=dy[r0 : r0 + rows, c0 : c0 + cols])
         # relu(2x) == 2 relu(x): the factor 2 rides on the activation's free input scale
         r = nl.ndarray((PMAX, FREE_CHUNK), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=r[0:rows, 0:cols], op=nl.relu, data=xt[0:rows, 0:cols], scale=2.0)
         out = nl.ndarray((PMAX, FREE_CHUNK), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=out[0:rows, 0:cols], data1=r[0:rows, 0:cols], data2=gt[0:rows, 0:cols], op=nl.multiply)
-        nisa.dma_copy(dst=dx[r0:r0 + rows, c0:c0 + cols], src=out[0:rows, 0:cols])
+        nisa.tensor_tensor(
+            dst=out[0:rows, 0:cols],
+            data1=r[0:rows, 0:cols],
+            data2=gt[0:rows, 0:cols],
+            op=nl.multiply,
+        )
+        nisa.dma_copy(dst=dx[r0 : r0 + rows, c0 : c0 + cols], src=out[0:rows, 0:cols])
 
 
 @nki.jit

@@ -18,18 +18,33 @@ PMAX = 128
 def _fwd_tile(x, y, rstd, r0, rows, eps):
     d = x.shape[1]
     xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=xt[0:rows, :], src=x[r0:r0 + rows, :])
+    nisa.dma_copy(dst=xt[0:rows, :], src=x[r0 : r0 + rows, :])
     sq = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
     sumsq = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation_reduce(dst=sq[0:rows, :], op=nl.square, data=xt[0:rows, :], reduce_op=nl.add, reduce_res=sumsq[0:rows, :])
+    nisa.activation_reduce(
+        dst=sq[0:rows, :],
+        op=nl.square,
+        data=xt[0:rows, :],
+        reduce_op=nl.add,
+        reduce_res=sumsq[0:rows, :],
+    )
     ms = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=ms[0:rows, :], data=sumsq[0:rows, :], op0=nl.multiply, operand0=1.0 / d, op1=nl.add, operand1=eps)
+    nisa.tensor_scalar(
+        dst=ms[0:rows, :],
+        data=sumsq[0:rows, :],
+        op0=nl.multiply,
+        operand0=1.0 / d,
+        op1=nl.add,
+        operand1=eps,
+    )
     rs = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=rs[0:rows, :], op=nl.rsqrt, data=ms[0:rows, :])
     yt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=yt[0:rows, :], data=xt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :])
-    nisa.dma_copy(dst=y[r0:r0 + rows, :], src=yt[0:rows, :])
-    nisa.dma_copy(dst=rstd[r0:r0 + rows, :], src=rs[0:rows, :])
+    nisa.tensor_scalar(
+        dst=yt[0:rows, :], data=xt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
+    )
+    nisa.dma_copy(dst=y[r0 : r0 + rows, :], src=yt[0:rows, :])
+    nisa.dma_copy(dst=rstd[r0 : r0 + rows, :], src=rs[0:rows, :])
 
 
 @nki.jit
@@ -50,11 +65,13 @@ def _bwd_tile(x, dy, rstd, dx, r0, rows):
     xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
     gt = nl.ndarray((PMAX, d), dtype=dy.dtype, buffer=nl.sbuf)
     rs = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=xt[0:rows, :], src=x[r0:r0 + rows, :])
-    nisa.dma_copy(dst=gt[0:rows, :], src=dy[r0:r0 + rows, :])
-    nisa.dma_copy(dst=rs[0:rows, :], src=rstd[r0:r0 + rows, :])
+    nisa.dma_copy(dst=xt[0:rows, :], src=x[r0 : r0 + rows, :])
+    nisa.dma_copy(dst=gt[0:rows, :], src=dy[r0 : r0 + rows, :])
+    nisa.dma_copy(dst=rs[0:rows, :], src=rstd[r0 : r0 + rows, :])
     prod = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=prod[0:rows, :], data1=xt[0:rows, :], data2=gt[0:rows, :], op=nl.multiply)
+    nisa.tensor_tensor(
+        dst=prod[0:rows, :], data1=xt[0:rows, :], data2=gt[0:rows, :], op=nl.multiply
+    )
     dot = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_reduce(dst=dot[0:rows, :], op=nl.add, data=prod[0:rows, :], axis=1, keepdims=True)
     # coef = -rstd^3 * dot / d
@@ -63,15 +80,23 @@ def _bwd_tile(x, dy, rstd, dx, r0, rows):
     r3 = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_tensor(dst=r3[0:rows, :], data1=r2[0:rows, :], data2=rs[0:rows, :], op=nl.multiply)
     coef = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=coef[0:rows, :], data1=r3[0:rows, :], data2=dot[0:rows, :], op=nl.multiply)
-    nisa.tensor_scalar(dst=coef[0:rows, :], data=coef[0:rows, :], op0=nl.multiply, operand0=-1.0 / d)
+    nisa.tensor_tensor(
+        dst=coef[0:rows, :], data1=r3[0:rows, :], data2=dot[0:rows, :], op=nl.multiply
+    )
+    nisa.tensor_scalar(
+        dst=coef[0:rows, :], data=coef[0:rows, :], op0=nl.multiply, operand0=-1.0 / d
+    )
     a = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=a[0:rows, :], data=gt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :])
+    nisa.tensor_scalar(
+        dst=a[0:rows, :], data=gt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
+    )
     b = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=b[0:rows, :], data=xt[0:rows, :], op0=nl.multiply, operand0=coef[0:rows, :])
+    nisa.tensor_scalar(
+        dst=b[0:rows, :], data=xt[0:rows, :], op0=nl.multiply, operand0=coef[0:rows, :]
+    )
     out = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
     nisa.tensor_tensor(dst=out[0:rows, :], data1=a[0:rows, :], data2=b[0:rows, :], op=nl.add)
-    nisa.dma_copy(dst=dx[r0:r0 + rows, :], src=out[0:rows, :])
+    nisa.dma_copy(dst=dx[r0 : r0 + rows, :], src=out[0:rows, :])
 
 
 @nki.jit

@@ -1,8 +1,8 @@
 """A small NumPy interpreter for this repository's NKI kernels (see kernels/README.md).
 
-    from kernels.testing import load_kernel_module
-    relu2 = load_kernel_module("relu2")
-    y = relu2.relu2_fwd(x)          # x: a NumPy array -> y: a NumPy array
+from kernels.testing import load_kernel_module
+relu2 = load_kernel_module("relu2")
+y = relu2.relu2_fwd(x)          # x: a NumPy array -> y: a NumPy array
 """
 
 from .interpreter import HostTensor, InterpretedKernel, bf16, load_kernel_module

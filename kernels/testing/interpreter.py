@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -84,19 +85,29 @@ def _from_hbm(result: Any) -> Any:
 
 def _output(result: Any) -> np.ndarray:
     if not isinstance(result, machine.Tensor):
-        raise machine.NkiInterpreterError(f"a kernel returns HBM tensors, got {type(result).__name__}")
+        raise machine.NkiInterpreterError(
+            f"a kernel returns HBM tensors, got {type(result).__name__}"
+        )
     if result.buffer is not machine.shared_hbm:
-        raise machine.NkiInterpreterError(f"kernel outputs must be allocated in nl.shared_hbm, got {result.buffer!r}")
+        raise machine.NkiInterpreterError(
+            f"kernel outputs must be allocated in nl.shared_hbm, got {result.buffer!r}"
+        )
     if not result.written.all():
         missing = int(result.written.size - np.count_nonzero(result.written))
-        raise machine.UninitializedReadError(f"kernel output {result.shape}: {missing} element(s) were never written")
-    return np.array(result.values, dtype=np.float32 if result.dtype.is_float else result.dtype.storage)
+        raise machine.UninitializedReadError(
+            f"kernel output {result.shape}: {missing} element(s) were never written"
+        )
+    return np.array(
+        result.values, dtype=np.float32 if result.dtype.is_float else result.dtype.storage
+    )
 
 
 def _fake_nki() -> dict[str, types.ModuleType]:
     nki = types.ModuleType("nki")
     nki.__doc__ = "kernels.testing stand-in for nki"
-    nki.jit = lambda fn=None, **_: InterpretedKernel(fn) if fn is not None else (lambda f: InterpretedKernel(f))
+    nki.jit = lambda fn=None, **_: (
+        InterpretedKernel(fn) if fn is not None else (lambda f: InterpretedKernel(f))
+    )
     nki.language = language
     nki.isa = isa
     return {"nki": nki, "nki.language": language, "nki.isa": isa}
@@ -113,7 +124,9 @@ def load_kernel_module(name: str, patches: Sequence[tuple[str, str]] = ()) -> ty
     for old, new in patches:
         count = source.count(old)
         if count != 1:
-            raise ValueError(f"patch {old!r} matches {count} times in {path}, expected exactly once")
+            raise ValueError(
+                f"patch {old!r} matches {count} times in {path}, expected exactly once"
+            )
         source = source.replace(old, new)
     module = types.ModuleType(f"kernels_interpreted.{path.stem}")
     module.__file__ = str(path)

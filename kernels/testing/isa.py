@@ -8,7 +8,8 @@ may read and write, partition sizes, matmul tile limits. Anything else raises.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,9 @@ class reduce_cmd:  # noqa: N801  (mirrors nisa.reduce_cmd)
 def _on_chip(obj: Any, what: str) -> View:
     view = as_view(obj, what)
     if not view.buffer.on_chip:
-        raise NkiInterpreterError(f"{what}: operand {view!r} is in {view.buffer!r}; compute engines read SBUF/PSUM only")
+        raise NkiInterpreterError(
+            f"{what}: operand {view!r} is in {view.buffer!r}; compute engines read SBUF/PSUM only"
+        )
     if not view.shape:
         raise NkiInterpreterError(f"{what}: operand {view!r} has no partition dimension")
     if view.shape[0] > PMAX:
@@ -48,7 +51,9 @@ def _per_partition(view: View) -> int:
 
 def _same_layout(a: View, b: View, what: str) -> None:
     if a.shape[0] != b.shape[0] or _per_partition(a) != _per_partition(b):
-        raise NkiInterpreterError(f"{what}: {a.shape} and {b.shape} differ in partitions or elements per partition")
+        raise NkiInterpreterError(
+            f"{what}: {a.shape} and {b.shape} differ in partitions or elements per partition"
+        )
 
 
 def _write_like(dst: View, values: np.ndarray, what: str) -> None:
@@ -72,7 +77,9 @@ def _flat(values: np.ndarray) -> np.ndarray:
 def _op(op: Any, arity: int, what: str) -> nl.Op:
     table = nl.UNARY if arity == 1 else nl.BINARY
     if not isinstance(op, nl.Op) or op.name not in table:
-        raise NkiInterpreterError(f"{what}: operator {op!r} is not modelled (supported: {sorted(table)})")
+        raise NkiInterpreterError(
+            f"{what}: operator {op!r} is not modelled (supported: {sorted(table)})"
+        )
     return op
 
 
@@ -88,7 +95,9 @@ def dma_copy(dst: Any, src: Any, name: str | None = None) -> None:
     d, s = as_view(dst, "dma_copy dst"), as_view(src, "dma_copy src")
     for v, role in ((d, "dst"), (s, "src")):
         if v.buffer is psum:
-            raise NkiInterpreterError(f"dma_copy {role} is in PSUM; copy PSUM to SBUF with tensor_copy first")
+            raise NkiInterpreterError(
+                f"dma_copy {role} is in PSUM; copy PSUM to SBUF with tensor_copy first"
+            )
         if v.buffer is sbuf and v.shape[0] > PMAX:
             raise NkiLimitError(f"dma_copy {role}: {v.shape[0]} partitions > {PMAX}")
     if d.buffer.on_chip and s.buffer.on_chip:
@@ -96,7 +105,9 @@ def dma_copy(dst: Any, src: Any, name: str | None = None) -> None:
     if d.shape != s.shape:
         raise NkiInterpreterError(f"dma_copy: shapes differ, dst {d.shape} vs src {s.shape}")
     if d.dtype != s.dtype:
-        raise NkiInterpreterError(f"dma_copy: dtypes differ, dst {d.dtype!r} vs src {s.dtype!r} (DMA does not convert)")
+        raise NkiInterpreterError(
+            f"dma_copy: dtypes differ, dst {d.dtype!r} vs src {s.dtype!r} (DMA does not convert)"
+        )
     d.write(s.read("dma_copy src"), "dma_copy")
 
 
@@ -112,22 +123,41 @@ def memset(dst: Any, value: float, name: str | None = None) -> None:
     d.write(np.full(d.shape, value, dtype=np.float32), "memset")
 
 
-def iota(dst: Any, pattern: Sequence[Sequence[int]], offset: int, channel_multiplier: int = 0, name: str | None = None) -> None:
+def iota(
+    dst: Any,
+    pattern: Sequence[Sequence[int]],
+    offset: int,
+    channel_multiplier: int = 0,
+    name: str | None = None,
+) -> None:
     """dst[p, i] = offset + p * channel_multiplier + affine(pattern, i); dst in SBUF."""
     d = _on_chip(dst, "iota dst")
     if d.buffer is not sbuf:
         raise NkiInterpreterError("iota writes SBUF only")
-    d.write(_affine(d.shape, pattern, offset, channel_multiplier, "iota").astype(np.float32).reshape(d.shape), "iota")
+    d.write(
+        _affine(d.shape, pattern, offset, channel_multiplier, "iota")
+        .astype(np.float32)
+        .reshape(d.shape),
+        "iota",
+    )
 
 
-def _affine(shape: tuple[int, ...], pattern: Sequence[Sequence[int]], offset: int, channel_multiplier: int, what: str) -> np.ndarray:
+def _affine(
+    shape: tuple[int, ...],
+    pattern: Sequence[Sequence[int]],
+    offset: int,
+    channel_multiplier: int,
+    what: str,
+) -> np.ndarray:
     steps = [int(s) for s, _ in pattern]
     nums = [int(n) for _, n in pattern]
     free = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
     if int(np.prod(nums)) != free:
-        raise NkiInterpreterError(f"{what}: pattern {list(pattern)} covers {int(np.prod(nums))} elements, tile has {free}")
+        raise NkiInterpreterError(
+            f"{what}: pattern {list(pattern)} covers {int(np.prod(nums))} elements, tile has {free}"
+        )
     value = np.zeros(nums, dtype=np.int64)
-    for axis, (step, num) in enumerate(zip(steps, nums)):
+    for axis, (step, num) in enumerate(zip(steps, nums, strict=True)):
         shape_axis = [1] * len(nums)
         shape_axis[axis] = num
         value = value + step * np.arange(num, dtype=np.int64).reshape(shape_axis)
@@ -138,17 +168,30 @@ def _affine(shape: tuple[int, ...], pattern: Sequence[Sequence[int]], offset: in
 # ---------------------------------------------------------------- Scalar Engine
 
 
-def activation(dst: Any, op: Any, data: Any, bias: Any = None, scale: Any = 1.0, name: str | None = None) -> None:
+def activation(
+    dst: Any, op: Any, data: Any, bias: Any = None, scale: Any = 1.0, name: str | None = None
+) -> None:
     """dst = op(data * scale + bias); scale/bias: scalars or (P, 1) vectors."""
     _activation(dst, op, data, bias, scale, None, None, "activation")
 
 
-def activation_reduce(dst: Any, op: Any, data: Any, reduce_op: Any, reduce_res: Any, bias: Any = None, scale: Any = 1.0, name: str | None = None) -> None:
+def activation_reduce(
+    dst: Any,
+    op: Any,
+    data: Any,
+    reduce_op: Any,
+    reduce_res: Any,
+    bias: Any = None,
+    scale: Any = 1.0,
+    name: str | None = None,
+) -> None:
     """activation, and reduce_res[p] = sum over the free axes of the activated values (nl.add only)."""
     _activation(dst, op, data, bias, scale, reduce_op, reduce_res, "activation_reduce")
 
 
-def _activation(dst: Any, op: Any, data: Any, bias: Any, scale: Any, reduce_op: Any, reduce_res: Any, what: str) -> None:
+def _activation(
+    dst: Any, op: Any, data: Any, bias: Any, scale: Any, reduce_op: Any, reduce_res: Any, what: str
+) -> None:
     d, x = _on_chip(dst, f"{what} dst"), _on_chip(data, f"{what} data")
     _same_layout(d, x, what)
     fn = _op(op, 1, what)
@@ -159,7 +202,9 @@ def _activation(dst: Any, op: Any, data: Any, bias: Any, scale: Any, reduce_op: 
     result = fn.fn(values)
     if reduce_res is not None:
         if reduce_op is not nl.add:
-            raise NkiInterpreterError(f"{what}: reduce_op must be nl.add (Scalar Engine reduce registers only sum)")
+            raise NkiInterpreterError(
+                f"{what}: reduce_op must be nl.add (Scalar Engine reduce registers only sum)"
+            )
         r = _on_chip(reduce_res, f"{what} reduce_res")
         if r.shape[0] != p or _per_partition(r) != 1:
             raise NkiInterpreterError(f"{what}: reduce_res {r.shape} must be ({p}, 1)")
@@ -178,17 +223,34 @@ def reciprocal(dst: Any, data: Any, name: str | None = None) -> None:
 
 def tensor_tensor(dst: Any, data1: Any, data2: Any, op: Any, name: str | None = None) -> None:
     """dst = data1 <op> data2 elementwise; the two inputs may not both be in PSUM."""
-    d, a, b = _on_chip(dst, "tensor_tensor dst"), _on_chip(data1, "tensor_tensor data1"), _on_chip(data2, "tensor_tensor data2")
+    d, a, b = (
+        _on_chip(dst, "tensor_tensor dst"),
+        _on_chip(data1, "tensor_tensor data1"),
+        _on_chip(data2, "tensor_tensor data2"),
+    )
     if a.buffer is psum and b.buffer is psum:
         raise NkiInterpreterError("tensor_tensor: data1 and data2 cannot both be in PSUM")
     _same_layout(a, b, "tensor_tensor")
     _same_layout(d, a, "tensor_tensor")
     fn = _op(op, 2, "tensor_tensor")
-    _write_like(d, fn.fn(_flat(a.read("tensor_tensor data1")), _flat(b.read("tensor_tensor data2"))), "tensor_tensor")
+    _write_like(
+        d,
+        fn.fn(_flat(a.read("tensor_tensor data1")), _flat(b.read("tensor_tensor data2"))),
+        "tensor_tensor",
+    )
 
 
-def tensor_scalar(dst: Any, data: Any, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
-                  operand1: Any = None, reverse1: bool = False, name: str | None = None) -> None:
+def tensor_scalar(
+    dst: Any,
+    data: Any,
+    op0: Any,
+    operand0: Any,
+    reverse0: bool = False,
+    op1: Any = None,
+    operand1: Any = None,
+    reverse1: bool = False,
+    name: str | None = None,
+) -> None:
     """dst = (data <op0> operand0) <op1> operand1; operands: scalars or (P, 1) vectors."""
     d, x = _on_chip(dst, "tensor_scalar dst"), _on_chip(data, "tensor_scalar data")
     _same_layout(d, x, "tensor_scalar")
@@ -209,38 +271,68 @@ def tensor_scalar(dst: Any, data: Any, op0: Any, operand0: Any, reverse0: bool =
 _REDUCERS = {"add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod}
 
 
-def tensor_reduce(dst: Any, op: Any, data: Any, axis: Any, negate: bool = False, keepdims: bool = False, name: str | None = None) -> None:
+def tensor_reduce(
+    dst: Any,
+    op: Any,
+    data: Any,
+    axis: Any,
+    negate: bool = False,
+    keepdims: bool = False,
+    name: str | None = None,
+) -> None:
     """dst = op-reduction of data over the given free axes, which must end at the last axis."""
     d, x = _on_chip(dst, "tensor_reduce dst"), _on_chip(data, "tensor_reduce data")
     axes = sorted([axis] if isinstance(axis, int) else list(axis))
     rank = len(x.shape)
     if not axes or axes[0] < 1 or axes != list(range(axes[0], rank)):
-        raise NkiInterpreterError(f"tensor_reduce: axis {axis} must be consecutive free axes ending at axis {rank - 1}")
+        raise NkiInterpreterError(
+            f"tensor_reduce: axis {axis} must be consecutive free axes ending at axis {rank - 1}"
+        )
     if not isinstance(op, nl.Op) or op.name not in _REDUCERS:
         raise NkiInterpreterError(f"tensor_reduce: reduction {op!r} is not modelled")
-    result = _REDUCERS[op.name](x.read("tensor_reduce data"), axis=tuple(axes), keepdims=keepdims).astype(np.float32)
+    result = _REDUCERS[op.name](
+        x.read("tensor_reduce data"), axis=tuple(axes), keepdims=keepdims
+    ).astype(np.float32)
     if negate:
         result = -result
-    if d.shape[0] != x.shape[0] or _per_partition(d) != int(np.prod(result.shape[1:], dtype=np.int64)):
-        raise NkiInterpreterError(f"tensor_reduce: dst {d.shape} does not hold the result {result.shape}")
+    if d.shape[0] != x.shape[0] or _per_partition(d) != int(
+        np.prod(result.shape[1:], dtype=np.int64)
+    ):
+        raise NkiInterpreterError(
+            f"tensor_reduce: dst {d.shape} does not hold the result {result.shape}"
+        )
     _write_like(d, result, "tensor_reduce")
 
 
-def affine_select(dst: Any, pattern: Sequence[Sequence[int]], channel_multiplier: int, on_true_tile: Any,
-                  on_false_value: float, cmp_op: Any = nl.equal, offset: int = 0, name: str | None = None) -> None:
+def affine_select(
+    dst: Any,
+    pattern: Sequence[Sequence[int]],
+    channel_multiplier: int,
+    on_true_tile: Any,
+    on_false_value: float,
+    cmp_op: Any = nl.equal,
+    offset: int = 0,
+    name: str | None = None,
+) -> None:
     """dst = on_true_tile where cmp_op(offset + p*channel_multiplier + affine(pattern, i), 0), else on_false_value."""
     d, t = _on_chip(dst, "affine_select dst"), _on_chip(on_true_tile, "affine_select on_true_tile")
     _same_layout(d, t, "affine_select")
     cmp = _op(cmp_op, 2, "affine_select cmp_op")
     value = _affine(t.shape, pattern, offset, channel_multiplier, "affine_select")
     keep = cmp.fn(value.astype(np.float32), 0.0) != 0
-    _write_like(d, np.where(keep, _flat(t.read("affine_select on_true_tile")), np.float32(on_false_value)), "affine_select")
+    _write_like(
+        d,
+        np.where(keep, _flat(t.read("affine_select on_true_tile")), np.float32(on_false_value)),
+        "affine_select",
+    )
 
 
 # ---------------------------------------------------------------- Tensor Engine
 
 
-def nc_matmul(dst: Any, stationary: Any, moving: Any, accumulate: bool | None = None, name: str | None = None) -> None:
+def nc_matmul(
+    dst: Any, stationary: Any, moving: Any, accumulate: bool | None = None, name: str | None = None
+) -> None:
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
 
     Inputs in SBUF, output in PSUM (float32). K <= 128, M <= 128, N <= 512.
@@ -269,7 +361,9 @@ def nc_matmul(dst: Any, stationary: Any, moving: Any, accumulate: bool | None = 
         raise NkiInterpreterError(f"nc_matmul: dst {d.shape} must be ({mm}, {n})")
     if d.dtype.name != "float32":
         raise NkiInterpreterError("nc_matmul: PSUM results are float32")
-    product = s.read("nc_matmul stationary").T.astype(np.float64) @ m.read("nc_matmul moving").astype(np.float64)
+    product = s.read("nc_matmul stationary").T.astype(np.float64) @ m.read(
+        "nc_matmul moving"
+    ).astype(np.float64)
     product = product.astype(np.float32)
     written = d.tensor.written[d.index]
     if accumulate is True:

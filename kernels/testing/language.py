@@ -9,7 +9,8 @@ raises, so a kernel can't silently depend on something the interpreter does not 
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,9 @@ equal = Op("equal", lambda a, b: (_f(a) == _f(b)).astype(np.float32), 2)
 greater_equal = Op("greater_equal", lambda a, b: (_f(a) >= _f(b)).astype(np.float32), 2)
 
 UNARY = {op.name: op for op in (copy, exp, log, tanh, square, sqrt, rsqrt, relu)}
-BINARY = {op.name: op for op in (add, subtract, multiply, divide, maximum, minimum, equal, greater_equal)}
+BINARY = {
+    op.name: op for op in (add, subtract, multiply, divide, maximum, minimum, equal, greater_equal)
+}
 
 
 class _TileSize:
@@ -82,12 +85,16 @@ class _TileSize:
 tile_size = _TileSize()
 
 
-def ndarray(shape: tuple[int, ...], dtype: machine.DType, buffer: machine.Buffer = sbuf, name: str = "") -> machine.Tensor:
+def ndarray(
+    shape: tuple[int, ...], dtype: machine.DType, buffer: machine.Buffer = sbuf, name: str = ""
+) -> machine.Tensor:
     """Allocate a tensor; on-chip ones are checked against the partition and capacity limits."""
     if not isinstance(dtype, machine.DType):
         raise machine.NkiInterpreterError(f"nl.ndarray: dtype must be an nl dtype, got {dtype!r}")
     if not isinstance(buffer, machine.Buffer):
-        raise machine.NkiInterpreterError(f"nl.ndarray: buffer must be an nl buffer (nl.sbuf, ...), got {buffer!r}")
+        raise machine.NkiInterpreterError(
+            f"nl.ndarray: buffer must be an nl buffer (nl.sbuf, ...), got {buffer!r}"
+        )
     shape = tuple(int(s) for s in shape)
     caller = sys._getframe(1)
     site = f"{caller.f_code.co_filename}:{caller.f_lineno}"

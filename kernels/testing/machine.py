@@ -114,7 +114,9 @@ private_hbm = Buffer("private_hbm", False)
 class Tensor:
     """One allocation: values, a written-bit per element, its buffer and dtype."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: DType, buffer: Buffer, name: str = "") -> None:
+    def __init__(
+        self, shape: tuple[int, ...], dtype: DType, buffer: Buffer, name: str = ""
+    ) -> None:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
         self.buffer = buffer
@@ -122,10 +124,10 @@ class Tensor:
         self.values = np.zeros(self.shape, dtype=dtype.storage)
         self.written = np.zeros(self.shape, dtype=bool)
 
-    def __getitem__(self, index: Any) -> "View":
+    def __getitem__(self, index: Any) -> View:
         return View(self, ()).__getitem__(index)
 
-    def full(self) -> "View":
+    def full(self) -> View:
         return View(self, tuple(slice(0, s) for s in self.shape))
 
     def __repr__(self) -> str:
@@ -144,16 +146,26 @@ def _normalise(shape: tuple[int, ...], index: Any) -> tuple[tuple[Any, ...], tup
         size = shape[dim]
         if isinstance(item, (int, np.integer)):
             if not 0 <= item < size:
-                raise NkiInterpreterError(f"index {item} out of bounds for dimension {dim} of size {size}")
+                raise NkiInterpreterError(
+                    f"index {item} out of bounds for dimension {dim} of size {size}"
+                )
             norm.append(int(item))
             continue
         if not isinstance(item, slice):
-            raise NkiInterpreterError(f"unsupported index {item!r} (the interpreter models basic slicing only)")
-        start, stop, step = item.start or 0, size if item.stop is None else item.stop, item.step or 1
+            raise NkiInterpreterError(
+                f"unsupported index {item!r} (the interpreter models basic slicing only)"
+            )
+        start, stop, step = (
+            item.start or 0,
+            size if item.stop is None else item.stop,
+            item.step or 1,
+        )
         if step != 1:
             raise NkiInterpreterError("strided slices are not modelled by the interpreter")
         if not 0 <= start <= stop <= size:
-            raise NkiInterpreterError(f"slice {start}:{stop} out of bounds for dimension {dim} of size {size}")
+            raise NkiInterpreterError(
+                f"slice {start}:{stop} out of bounds for dimension {dim} of size {size}"
+            )
         norm.append(slice(start, stop))
         out_shape.append(stop - start)
     for dim in range(len(index), len(shape)):
@@ -175,7 +187,7 @@ class View:
         self.shape = shape
 
     # views of views: compose by re-indexing the parent's window
-    def __getitem__(self, index: Any) -> "View":
+    def __getitem__(self, index: Any) -> View:
         if not isinstance(index, tuple):
             index = (index,)
         sub, _ = _normalise(self.shape, index)
@@ -211,12 +223,17 @@ class View:
             raise UninitializedReadError(
                 f"{what or 'read'}: {missing} element(s) of {self.tensor!r} window {self.shape} were never written"
             )
-        return np.array(self.tensor.values[self.index], dtype=np.float32 if self.dtype.is_float else self.dtype.storage)
+        return np.array(
+            self.tensor.values[self.index],
+            dtype=np.float32 if self.dtype.is_float else self.dtype.storage,
+        )
 
     def write(self, values: np.ndarray, what: str = "") -> None:
         values = np.asarray(values)
         if values.shape != self.shape:
-            raise NkiInterpreterError(f"{what or 'write'}: result shape {values.shape} does not match destination {self.shape}")
+            raise NkiInterpreterError(
+                f"{what or 'write'}: result shape {values.shape} does not match destination {self.shape}"
+            )
         self.tensor.values[self.index] = cast(values, self.dtype)
         self.tensor.written[self.index] = True
 
@@ -229,7 +246,9 @@ def as_view(obj: Any, what: str) -> View:
         return obj.full()
     if isinstance(obj, View):
         return obj
-    raise NkiInterpreterError(f"{what}: expected a tensor or a tensor slice, got {type(obj).__name__}")
+    raise NkiInterpreterError(
+        f"{what}: expected a tensor or a tensor slice, got {type(obj).__name__}"
+    )
 
 
 # ---------------------------------------------------------------- allocation accounting
@@ -246,9 +265,13 @@ class Allocator:
         if not buffer.on_chip:
             return
         if len(shape) < 1 or shape[0] < 1:
-            raise NkiInterpreterError(f"{buffer!r} tile {shape} at {site} needs a partition dimension")
+            raise NkiInterpreterError(
+                f"{buffer!r} tile {shape} at {site} needs a partition dimension"
+            )
         if shape[0] > PMAX:
-            raise NkiLimitError(f"{buffer!r} tile {shape} at {site}: partition dimension {shape[0]} > {PMAX}")
+            raise NkiLimitError(
+                f"{buffer!r} tile {shape} at {site}: partition dimension {shape[0]} > {PMAX}"
+            )
         per_partition = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
         if buffer is psum:
             if per_partition > PSUM_BANK_BYTES_PER_PARTITION:
@@ -258,7 +281,9 @@ class Allocator:
                 )
             self.psum_sites[site] = PSUM_BANK_BYTES_PER_PARTITION
             if len(self.psum_sites) > PSUM_BANKS:
-                raise NkiLimitError(f"more than {PSUM_BANKS} PSUM tiles live at once (sites: {sorted(self.psum_sites)})")
+                raise NkiLimitError(
+                    f"more than {PSUM_BANKS} PSUM tiles live at once (sites: {sorted(self.psum_sites)})"
+                )
         else:
             self.sbuf_sites[site] = max(self.sbuf_sites.get(site, 0), per_partition)
             total = sum(self.sbuf_sites.values())

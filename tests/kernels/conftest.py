@@ -9,15 +9,15 @@ interpreter, so the op glue (reshapes, dtypes, autograd) is tested with the real
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from kernels.testing import HostTensor, InterpretedKernel, load_kernel_module
-from kernels.testing import machine
+from kernels.testing import HostTensor, InterpretedKernel, load_kernel_module, machine
 from trnfrontier.runtime.kernels import backend, reset_kernels
 
 
@@ -33,7 +33,12 @@ def interpreted() -> Callable[[str], ModuleType]:
     return get
 
 
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32}
+_TORCH_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int32": torch.int32,
+}
 
 
 def _to_host(arg: Any) -> Any:
@@ -61,7 +66,10 @@ class TorchAdapter:
         def call(*args: Any) -> Any:
             result = fn.run_typed(*[_to_host(a) for a in args])
             pairs = result if isinstance(result[0], tuple) else (result,)
-            out = tuple(torch.from_numpy(np.ascontiguousarray(v)).to(_TORCH_DTYPES[d.name]) for v, d in pairs)
+            out = tuple(
+                torch.from_numpy(np.ascontiguousarray(v)).to(_TORCH_DTYPES[d.name])
+                for v, d in pairs
+            )
             return out if isinstance(result[0], tuple) else out[0]
 
         return call
@@ -87,5 +95,7 @@ def real_nki() -> ModuleType:
     try:
         return importlib.import_module("nki")
     except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"nki is not importable here ({type(exc).__name__}: {exc}); "
-                    "it comes only from AWS's Neuron pip repository, so nki.simulate tests run on a Neuron venv")
+        pytest.skip(
+            f"nki is not importable here ({type(exc).__name__}: {exc}); "
+            "it comes only from AWS's Neuron pip repository, so nki.simulate tests run on a Neuron venv"
+        )

@@ -21,13 +21,18 @@ from kernels.testing import (
 
 def _kernel(tmp_path: Path, body: str, name: str = "k"):
     """Write a one-kernel file `def kern(...)` and load it under the interpreter."""
-    src = "import nki\nimport nki.language as nl\nimport nki.isa as nisa\n\n\n@nki.jit\n" + textwrap.dedent(body)
+    src = (
+        "import nki\nimport nki.language as nl\nimport nki.isa as nisa\n\n\n@nki.jit\n"
+        + textwrap.dedent(body)
+    )
     path = tmp_path / f"{name}.py"
     path.write_text(src)
     return load_kernel_module(str(path)).kern
 
 
-def _roundtrip_body(op_lines: str, out_shape: str = "x.shape", out_dtype: str = "nl.float32") -> str:
+def _roundtrip_body(
+    op_lines: str, out_shape: str = "x.shape", out_dtype: str = "nl.float32"
+) -> str:
     return f"""
 def kern(x, w):
     p, f = x.shape
@@ -62,20 +67,36 @@ W = np.array([[2.0], [-1.0]], dtype=np.float32)
         ("nisa.activation(dst=o, op=nl.copy, data=a)", X),
         ("nisa.tensor_tensor(dst=o, data1=a, data2=a, op=nl.multiply)", X * X),
         ("nisa.tensor_tensor(dst=o, data1=a, data2=a, op=nl.subtract)", np.zeros_like(X)),
-        ("nisa.tensor_scalar(dst=o, data=a, op0=nl.multiply, operand0=b, op1=nl.add, operand1=1.0)", X * W + 1),
+        (
+            "nisa.tensor_scalar(dst=o, data=a, op0=nl.multiply, operand0=b, op1=nl.add, operand1=1.0)",
+            X * W + 1,
+        ),
         ("nisa.tensor_scalar(dst=o, data=a, op0=nl.subtract, operand0=1.0, reverse0=True)", 1 - X),
-        ("nisa.tensor_scalar(dst=o, data=a, op0=nl.greater_equal, operand0=0.0)", (X >= 0).astype(np.float32)),
-        ("nisa.tensor_scalar(dst=o, data=a, op0=nl.equal, operand0=3.0)", (X == 3).astype(np.float32)),
+        (
+            "nisa.tensor_scalar(dst=o, data=a, op0=nl.greater_equal, operand0=0.0)",
+            (X >= 0).astype(np.float32),
+        ),
+        (
+            "nisa.tensor_scalar(dst=o, data=a, op0=nl.equal, operand0=3.0)",
+            (X == 3).astype(np.float32),
+        ),
         ("nisa.tensor_copy(dst=o, src=a)", X),
         ("nisa.reciprocal(dst=o, data=a)", 1 / X),
         ("nisa.memset(dst=o, value=7.0)", np.full_like(X, 7)),
-        ("nisa.affine_select(dst=o, pattern=[[-1, 3]], channel_multiplier=1, on_true_tile=a, on_false_value=-9.0,"
-         " cmp_op=nl.greater_equal, offset=0)", np.where(np.arange(2)[:, None] >= np.arange(3)[None], X, -9)),
-        ("nisa.iota(dst=o, pattern=[[2, 3]], offset=5, channel_multiplier=10)",
-         5 + 10 * np.arange(2)[:, None] + 2 * np.arange(3)[None].astype(np.float32)),
+        (
+            "nisa.affine_select(dst=o, pattern=[[-1, 3]], channel_multiplier=1, on_true_tile=a, on_false_value=-9.0,"
+            " cmp_op=nl.greater_equal, offset=0)",
+            np.where(np.arange(2)[:, None] >= np.arange(3)[None], X, -9),
+        ),
+        (
+            "nisa.iota(dst=o, pattern=[[2, 3]], offset=5, channel_multiplier=10)",
+            5 + 10 * np.arange(2)[:, None] + 2 * np.arange(3)[None].astype(np.float32),
+        ),
     ],
 )
-def test_elementwise_calls_match_hand_computed(tmp_path: Path, lines: str, expected: np.ndarray) -> None:
+def test_elementwise_calls_match_hand_computed(
+    tmp_path: Path, lines: str, expected: np.ndarray
+) -> None:
     kern = _kernel(tmp_path, _roundtrip_body(lines))
     np.testing.assert_allclose(kern(X, W), expected, rtol=1e-6)
 
@@ -97,7 +118,9 @@ def test_reductions(tmp_path: Path) -> None:
 
 
 def test_matmul_transpose_and_accumulate(tmp_path: Path) -> None:
-    kern = _kernel(tmp_path, """
+    kern = _kernel(
+        tmp_path,
+        """
 def kern(s, m):
     k, mm = s.shape
     n = m.shape[1]
@@ -119,18 +142,28 @@ def kern(s, m):
     nisa.dma_copy(dst=r1, src=o1)
     nisa.dma_copy(dst=r2, src=o2)
     return r1, r2
-""")
+""",
+    )
     rng = np.random.default_rng(0)
-    s, m = rng.standard_normal((5, 3)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    s, m = (
+        rng.standard_normal((5, 3)).astype(np.float32),
+        rng.standard_normal((5, 4)).astype(np.float32),
+    )
     r1, r2 = kern(s, m)
     np.testing.assert_allclose(r1, 2 * s.T @ m, rtol=1e-5)
     np.testing.assert_allclose(r2, s.T)
 
 
 def test_bf16_rounding_and_storage(tmp_path: Path) -> None:
-    assert round_bf16(np.array([1.0 + 2**-9], np.float32))[0] == 1.0  # below half an ulp: rounds down
-    assert round_bf16(np.array([1.0 + 3 * 2**-9], np.float32))[0] == 1.0 + 2**-7 * 1  # ties/above go up
-    kern = _kernel(tmp_path, """
+    assert (
+        round_bf16(np.array([1.0 + 2**-9], np.float32))[0] == 1.0
+    )  # below half an ulp: rounds down
+    assert (
+        round_bf16(np.array([1.0 + 3 * 2**-9], np.float32))[0] == 1.0 + 2**-7 * 1
+    )  # ties/above go up
+    kern = _kernel(
+        tmp_path,
+        """
 def kern(x):
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
@@ -139,7 +172,8 @@ def kern(x):
     out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=o)
     return out
-""")
+""",
+    )
     got = kern(bf16(np.ones((2, 2), np.float32)))
     np.testing.assert_array_equal(got, round_bf16(np.full((2, 2), 1 / 3, np.float32)))
 
@@ -148,13 +182,16 @@ def kern(x):
 
 
 def _alloc_kernel(tmp_path: Path, shape: str, buffer: str = "nl.sbuf", dtype: str = "nl.float32"):
-    return _kernel(tmp_path, f"""
+    return _kernel(
+        tmp_path,
+        f"""
 def kern(x):
     t = nl.ndarray({shape}, dtype={dtype}, buffer={buffer})
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=x)
     return out
-""")
+""",
+    )
 
 
 def test_partition_dimension_over_128_is_rejected(tmp_path: Path) -> None:
@@ -175,14 +212,20 @@ def test_sbuf_capacity_per_partition(tmp_path: Path) -> None:
 
 
 def test_more_than_eight_psum_tiles(tmp_path: Path) -> None:
-    lines = "\n".join(f"    t{i} = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)" for i in range(9))
+    lines = "\n".join(
+        f"    t{i} = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)" for i in range(9)
+    )
     kern = _kernel(tmp_path, f"def kern(x):\n{lines}\n" + _RETURN_COPY)
     with pytest.raises(NkiLimitError, match="more than 8 PSUM"):
         kern(X)
 
 
-def _matmul_kernel(tmp_path: Path, k: int, m: int, n: int, dst_buffer: str = "nl.psum", src_buffer: str = "nl.sbuf"):
-    return _kernel(tmp_path, f"""
+def _matmul_kernel(
+    tmp_path: Path, k: int, m: int, n: int, dst_buffer: str = "nl.psum", src_buffer: str = "nl.sbuf"
+):
+    return _kernel(
+        tmp_path,
+        f"""
 def kern(x):
     s = nl.ndarray(({k}, {m}), dtype=nl.float32, buffer={src_buffer})
     v = nl.ndarray(({k}, {n}), dtype=nl.float32, buffer=nl.sbuf)
@@ -190,7 +233,9 @@ def kern(x):
     nisa.memset(dst=v, value=1.0)
     d = nl.ndarray(({min(m, 128)}, {min(n, 512)}), dtype=nl.float32, buffer={dst_buffer})
     nisa.nc_matmul(dst=d, stationary=s, moving=v)
-""" + _RETURN_COPY)
+"""
+        + _RETURN_COPY,
+    )
 
 
 def test_matmul_limits(tmp_path: Path) -> None:
@@ -199,7 +244,9 @@ def test_matmul_limits(tmp_path: Path) -> None:
         _matmul_kernel(tmp_path, 128, 129, 64)(X)
     with pytest.raises(NkiLimitError, match="moving free dimension 513"):
         _matmul_kernel(tmp_path, 128, 4, 513)(X)
-    with pytest.raises(NkiLimitError, match="partition dimension 256"):  # K > 128 cannot even be allocated
+    with pytest.raises(
+        NkiLimitError, match="partition dimension 256"
+    ):  # K > 128 cannot even be allocated
         _matmul_kernel(tmp_path, 256, 4, 4)(X)
     with pytest.raises(NkiInterpreterError, match="writes PSUM"):
         _matmul_kernel(tmp_path, 8, 4, 4, dst_buffer="nl.sbuf")(X)
@@ -208,53 +255,73 @@ def test_matmul_limits(tmp_path: Path) -> None:
 
 
 def test_compute_on_hbm_and_dma_rules(tmp_path: Path) -> None:
-    on_hbm = _kernel(tmp_path, """
+    on_hbm = _kernel(
+        tmp_path,
+        """
 def kern(x):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.activation(dst=out, op=nl.relu, data=x)
     return out
-""", name="a")
+""",
+        name="a",
+    )
     with pytest.raises(NkiInterpreterError, match="compute engines read SBUF/PSUM only"):
         on_hbm(X)
-    cast = _kernel(tmp_path, """
+    cast = _kernel(
+        tmp_path,
+        """
 def kern(x):
     t = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-""" + _RETURN_COPY, name="b")
+"""
+        + _RETURN_COPY,
+        name="b",
+    )
     with pytest.raises(NkiInterpreterError, match="DMA does not convert"):
         cast(X)
-    from_psum = _kernel(tmp_path, """
+    from_psum = _kernel(
+        tmp_path,
+        """
 def kern(x):
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=t)
     return out
-""", name="c")
+""",
+        name="c",
+    )
     with pytest.raises(NkiInterpreterError, match="PSUM"):
         from_psum(X)
 
 
 def test_reading_unwritten_memory_raises(tmp_path: Path) -> None:
-    kern = _kernel(tmp_path, """
+    kern = _kernel(
+        tmp_path,
+        """
 def kern(x):
     t = nl.ndarray((2, 4), dtype=nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=t[:, 0:3], src=x)
     o = nl.ndarray((2, 4), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=o, op=nl.copy, data=t)
-""" + _RETURN_COPY)
+"""
+        + _RETURN_COPY,
+    )
     with pytest.raises(UninitializedReadError, match="2 element"):
         kern(X)
 
 
 def test_output_not_fully_written_raises(tmp_path: Path) -> None:
-    kern = _kernel(tmp_path, """
+    kern = _kernel(
+        tmp_path,
+        """
 def kern(x):
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out[0:1, :], src=t[0:1, :])
     return out
-""")
+""",
+    )
     with pytest.raises(UninitializedReadError, match="never written"):
         kern(X)
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from kernels.testing import bf16, round_bf16
 from trnfrontier.runtime import muon, ops
 from trnfrontier.runtime.kernels import references
 
 
-
 def rand(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
+
 
 TOL = {"float32": dict(rtol=2e-5, atol=2e-5), "bfloat16": dict(rtol=3e-2, atol=3e-2)}
 DTYPES = ["float32", "bfloat16"]
@@ -46,9 +45,15 @@ def _inputs(a: np.ndarray, dtype: str) -> np.ndarray:
 def test_relu2_reference_vs_float64() -> None:
     x = torch.randn(33, 17, dtype=torch.float64)
     xd = x.numpy()
-    np.testing.assert_allclose(references.relu2(x.float()).numpy(), np.maximum(xd, 0) ** 2, rtol=1e-6)
+    np.testing.assert_allclose(
+        references.relu2(x.float()).numpy(), np.maximum(xd, 0) ** 2, rtol=1e-6
+    )
     dy = torch.randn_like(x)
-    np.testing.assert_allclose(references.relu2_backward(x.float(), dy.float()).numpy(), 2 * np.maximum(xd, 0) * dy.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        references.relu2_backward(x.float(), dy.float()).numpy(),
+        2 * np.maximum(xd, 0) * dy.numpy(),
+        rtol=1e-6,
+    )
     torch.testing.assert_close(references.relu2(x), ops.reference("relu_squared")(x))
 
 
@@ -58,9 +63,14 @@ def test_relu2_kernel_vs_reference(interpreted, dtype: str, shape: tuple[int, in
     rng = np.random.default_rng(hash((shape, dtype)) % 2**32)
     x, dy = _inputs(rand(rng, *shape), dtype), _inputs(rand(rng, *shape), dtype)
     k = interpreted("relu2")
-    np.testing.assert_allclose(k.relu2_fwd(_host(x, dtype)), _np(references.relu2(_torch(x, dtype))), **TOL[dtype])
-    np.testing.assert_allclose(k.relu2_bwd(_host(x, dtype), _host(dy, dtype)),
-                               _np(references.relu2_backward(_torch(x, dtype), _torch(dy, dtype))), **TOL[dtype])
+    np.testing.assert_allclose(
+        k.relu2_fwd(_host(x, dtype)), _np(references.relu2(_torch(x, dtype))), **TOL[dtype]
+    )
+    np.testing.assert_allclose(
+        k.relu2_bwd(_host(x, dtype), _host(dy, dtype)),
+        _np(references.relu2_backward(_torch(x, dtype), _torch(dy, dtype))),
+        **TOL[dtype],
+    )
 
 
 # ---------------------------------------------------------------- rmsnorm
@@ -78,9 +88,17 @@ def test_rmsnorm_reference_vs_float64_and_model() -> None:
     x.requires_grad_(True)
     dy = torch.randn_like(x)
     (gx,) = torch.autograd.grad(references.rmsnorm(x, 1e-6)[0], x, dy)
-    np.testing.assert_allclose(references.rmsnorm_backward(x.detach().float(), dy.float(), rstd).numpy(), gx.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        references.rmsnorm_backward(x.detach().float(), dy.float(), rstd).numpy(),
+        gx.numpy(),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     eps = references.default_eps(torch.float32)
-    torch.testing.assert_close(references.rmsnorm(x.detach().float(), eps)[0], ops.reference("rms_norm")(x.detach().float()))
+    torch.testing.assert_close(
+        references.rmsnorm(x.detach().float(), eps)[0],
+        ops.reference("rms_norm")(x.detach().float()),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -94,7 +112,11 @@ def test_rmsnorm_kernel_vs_reference(interpreted, dtype: str, shape: tuple[int, 
     np.testing.assert_allclose(y, _np(y_ref), **TOL[dtype])
     np.testing.assert_allclose(rstd, _np(rstd_ref), rtol=1e-5)
     dx = k.rmsnorm_bwd(_host(x, dtype), _host(dy, dtype), rstd)
-    np.testing.assert_allclose(dx, _np(references.rmsnorm_backward(_torch(x, dtype), _torch(dy, dtype), rstd_ref)), **TOL[dtype])
+    np.testing.assert_allclose(
+        dx,
+        _np(references.rmsnorm_backward(_torch(x, dtype), _torch(dy, dtype), rstd_ref)),
+        **TOL[dtype],
+    )
 
 
 # ---------------------------------------------------------------- rope + qk-norm
@@ -111,10 +133,21 @@ def test_rope_qknorm_reference_vs_float64_and_model() -> None:
     cos, sin = _angles(rng, 9, 8)
     x1, x2 = x[..., :8], x[..., 8:]
     z = np.concatenate([x1 * cos + x2 * sin, x2 * cos - x1 * sin], -1)
-    y, _ = references.rope_qknorm(torch.tensor(x, dtype=torch.float32), torch.tensor(cos), torch.tensor(sin), 1e-6, True)
+    y, _ = references.rope_qknorm(
+        torch.tensor(x, dtype=torch.float32), torch.tensor(cos), torch.tensor(sin), 1e-6, True
+    )
     np.testing.assert_allclose(y.numpy(), _rms64(z, 1e-6), rtol=1e-5, atol=1e-5)
-    model = ops.reference("apply_rotary")(torch.tensor(x, dtype=torch.float32), torch.tensor(cos)[None, None], torch.tensor(sin)[None, None])
-    torch.testing.assert_close(references.rope_qknorm(torch.tensor(x, dtype=torch.float32), torch.tensor(cos), torch.tensor(sin), 0.0, False)[0], model)
+    model = ops.reference("apply_rotary")(
+        torch.tensor(x, dtype=torch.float32),
+        torch.tensor(cos)[None, None],
+        torch.tensor(sin)[None, None],
+    )
+    torch.testing.assert_close(
+        references.rope_qknorm(
+            torch.tensor(x, dtype=torch.float32), torch.tensor(cos), torch.tensor(sin), 0.0, False
+        )[0],
+        model,
+    )
     # backward formula against float64 autograd
     xt = torch.tensor(x, requires_grad=True)
     c64, s64 = torch.tensor(cos, dtype=torch.float64), torch.tensor(sin, dtype=torch.float64)
@@ -122,22 +155,35 @@ def test_rope_qknorm_reference_vs_float64_and_model() -> None:
     for normalize in (True, False):
         out, rstd = references.rope_qknorm(xt, c64, s64, 1e-6, normalize)
         (gx,) = torch.autograd.grad(out, xt, dy)
-        torch.testing.assert_close(references.rope_qknorm_backward(xt.detach(), dy, c64, s64, rstd, normalize), gx)
+        torch.testing.assert_close(
+            references.rope_qknorm_backward(xt.detach(), dy, c64, s64, rstd, normalize), gx
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("shape", [(1, 1, 5, 8), (2, 3, 130, 32), (1, 2, 128, 128)])
-def test_rope_qknorm_kernel_vs_reference(interpreted, dtype: str, normalize: bool, shape: tuple[int, ...]) -> None:
+def test_rope_qknorm_kernel_vs_reference(
+    interpreted, dtype: str, normalize: bool, shape: tuple[int, ...]
+) -> None:
     rng = np.random.default_rng(hash((shape, dtype, normalize)) % 2**32)
     x, dy = _inputs(rand(rng, *shape), dtype), _inputs(rand(rng, *shape), dtype)
     cos, sin = _angles(rng, shape[2], shape[3] // 2)
     k = interpreted("rope_qknorm")
     y, rstd = k.rope_qknorm_fwd(_host(x, dtype), cos, sin, 1e-6, normalize)
-    y_ref, rstd_ref = references.rope_qknorm(_torch(x, dtype), torch.tensor(cos), torch.tensor(sin), 1e-6, normalize)
+    y_ref, rstd_ref = references.rope_qknorm(
+        _torch(x, dtype), torch.tensor(cos), torch.tensor(sin), 1e-6, normalize
+    )
     np.testing.assert_allclose(y, _np(y_ref), **TOL[dtype])
     dx = k.rope_qknorm_bwd(_host(x, dtype), _host(dy, dtype), cos, sin, rstd, normalize)
-    dx_ref = references.rope_qknorm_backward(_torch(x, dtype), _torch(dy, dtype), torch.tensor(cos), torch.tensor(sin), rstd_ref, normalize)
+    dx_ref = references.rope_qknorm_backward(
+        _torch(x, dtype),
+        _torch(dy, dtype),
+        torch.tensor(cos),
+        torch.tensor(sin),
+        rstd_ref,
+        normalize,
+    )
     np.testing.assert_allclose(dx, _np(dx_ref), **TOL[dtype])
 
 
@@ -158,13 +204,17 @@ def test_cross_entropy_reference_vs_float64_and_model() -> None:
         s = cap * np.tanh(z / cap) if cap else z
         lse = np.log(np.exp(s - s.max(1, keepdims=True)).sum(1)) + s.max(1)
         want = np.where(t >= 0, lse - s[np.arange(40), np.maximum(t, 0)], 0.0)
-        loss, _ = references.cross_entropy(torch.tensor(z, dtype=torch.float32), torch.tensor(t), cap)
+        loss, _ = references.cross_entropy(
+            torch.tensor(z, dtype=torch.float32), torch.tensor(t), cap
+        )
         np.testing.assert_allclose(loss.numpy(), want, rtol=1e-5, atol=1e-5)
         zt = torch.tensor(z, requires_grad=True)
         l64, lse64 = references.cross_entropy(zt, torch.tensor(t), cap)
         dl = torch.randn(40, dtype=torch.float64)
         (gz,) = torch.autograd.grad(l64, zt, dl)
-        torch.testing.assert_close(references.cross_entropy_backward(zt.detach(), torch.tensor(t), lse64, dl, cap), gz)
+        torch.testing.assert_close(
+            references.cross_entropy_backward(zt.detach(), torch.tensor(t), lse64, dl, cap), gz
+        )
     zt, tt = torch.tensor(z, dtype=torch.float32), torch.tensor(t)
     model = ops.reference("cross_entropy")(ops.reference("softcap")(zt, 15.0), tt, ignore_index=-1)
     loss, _ = references.cross_entropy(zt, tt, 15.0)
@@ -174,7 +224,9 @@ def test_cross_entropy_reference_vs_float64_and_model() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cap", [15.0, 0.0])
 @pytest.mark.parametrize("shape", [(5, 100), (130, 1100)])
-def test_cross_entropy_kernel_vs_reference(interpreted, dtype: str, cap: float, shape: tuple[int, int]) -> None:
+def test_cross_entropy_kernel_vs_reference(
+    interpreted, dtype: str, cap: float, shape: tuple[int, int]
+) -> None:
     rng = np.random.default_rng(hash((shape, dtype, cap)) % 2**32)
     z = _inputs(rand(rng, *shape, scale=6.0), dtype)
     t = _targets(rng, *shape)
@@ -182,10 +234,14 @@ def test_cross_entropy_kernel_vs_reference(interpreted, dtype: str, cap: float, 
     k = interpreted("cross_entropy")
     loss, lse = k.cross_entropy_fwd(_host(z, dtype), tf, cap)
     loss_ref, lse_ref = references.cross_entropy(_torch(z, dtype), torch.tensor(t), cap)
-    np.testing.assert_allclose(loss[:, 0], _np(loss_ref), rtol=1e-5, atol=2e-5)  # float32 math either way
+    np.testing.assert_allclose(
+        loss[:, 0], _np(loss_ref), rtol=1e-5, atol=2e-5
+    )  # float32 math either way
     dl = rand(rng, shape[0], 1)
     dz = k.cross_entropy_bwd(_host(z, dtype), tf, lse, dl, cap)
-    dz_ref = references.cross_entropy_backward(_torch(z, dtype), torch.tensor(t), lse_ref, torch.tensor(dl[:, 0]), cap)
+    dz_ref = references.cross_entropy_backward(
+        _torch(z, dtype), torch.tensor(t), lse_ref, torch.tensor(dl[:, 0]), cap
+    )
     np.testing.assert_allclose(dz, _np(dz_ref), **TOL[dtype])
 
 
@@ -194,7 +250,10 @@ def test_cross_entropy_kernel_vs_reference(interpreted, dtype: str, cap: float, 
 
 def _attention64(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
     rep = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, rep, axis=1).astype(np.float64), np.repeat(v, rep, axis=1).astype(np.float64)
+    k, v = (
+        np.repeat(k, rep, axis=1).astype(np.float64),
+        np.repeat(v, rep, axis=1).astype(np.float64),
+    )
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) * scale
     t = q.shape[2]
     s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
@@ -207,29 +266,47 @@ ATTN_SHAPES = [((1, 1, 5, 8), 1), ((1, 4, 200, 32), 2), ((2, 2, 256, 64), 2), ((
 
 def test_attention_reference_vs_float64_and_model() -> None:
     rng = np.random.default_rng(3)
-    q, k, v = rng.standard_normal((1, 4, 37, 16)), rng.standard_normal((1, 2, 37, 16)), rng.standard_normal((1, 2, 37, 16))
+    q, k, v = (
+        rng.standard_normal((1, 4, 37, 16)),
+        rng.standard_normal((1, 2, 37, 16)),
+        rng.standard_normal((1, 2, 37, 16)),
+    )
     got = references.attention(*(torch.tensor(a, dtype=torch.float32) for a in (q, k, v)), 0.25)
     np.testing.assert_allclose(got.numpy(), _attention64(q, k, v, 0.25), rtol=1e-4, atol=1e-5)
     qt, kt, vt = (torch.tensor(a, dtype=torch.float32) for a in (q, k, v))
-    torch.testing.assert_close(references.attention(qt, kt, vt, 16 ** -0.5), ops.reference("causal_attention")(qt, kt, vt))
+    torch.testing.assert_close(
+        references.attention(qt, kt, vt, 16**-0.5), ops.reference("causal_attention")(qt, kt, vt)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("shape", "kv_heads"), ATTN_SHAPES)
-def test_attention_kernel_vs_reference(interpreted, dtype: str, shape: tuple[int, ...], kv_heads: int) -> None:
+def test_attention_kernel_vs_reference(
+    interpreted, dtype: str, shape: tuple[int, ...], kv_heads: int
+) -> None:
     rng = np.random.default_rng(hash((shape, dtype)) % 2**32)
     b, h, t, d = shape
     q = _inputs(rand(rng, *shape), dtype)
-    k, v = _inputs(rand(rng, b, kv_heads, t, d), dtype), _inputs(rand(rng, b, kv_heads, t, d), dtype)
-    scale = d ** -0.5
-    o, lse = interpreted("attention").attention_fwd(_host(q, dtype), _host(k, dtype), _host(v, dtype), scale)
+    k, v = (
+        _inputs(rand(rng, b, kv_heads, t, d), dtype),
+        _inputs(rand(rng, b, kv_heads, t, d), dtype),
+    )
+    scale = d**-0.5
+    o, lse = interpreted("attention").attention_fwd(
+        _host(q, dtype), _host(k, dtype), _host(v, dtype), scale
+    )
     ref = references.attention(_torch(q, dtype), _torch(k, dtype), _torch(v, dtype), scale)
     np.testing.assert_allclose(o, _np(ref), **TOL[dtype])
     if dtype == "float32":
         np.testing.assert_allclose(o, _attention64(q, k, v, scale), rtol=1e-4, atol=1e-4)
         # lse of the causal, scaled scores (what a backward kernel would consume)
         rep = h // kv_heads
-        s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), np.repeat(k, rep, 1).astype(np.float64)) * scale
+        s = (
+            np.einsum(
+                "bhqd,bhkd->bhqk", q.astype(np.float64), np.repeat(k, rep, 1).astype(np.float64)
+            )
+            * scale
+        )
         s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
         want = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
         np.testing.assert_allclose(lse[..., 0], want, rtol=1e-4, atol=1e-4)
@@ -250,9 +327,17 @@ def _polar64(g: np.ndarray, coeffs, eps: float) -> np.ndarray:
 def test_polar_express_reference_vs_float64_and_muon() -> None:
     g = torch.randn(24, 40)
     coeffs = muon.POLAR_EXPRESS_COEFFS
-    np.testing.assert_allclose(references.polar_express(g, coeffs, 1e-7).numpy(), _polar64(g.numpy(), coeffs, 1e-7), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        references.polar_express(g, coeffs, 1e-7).numpy(),
+        _polar64(g.numpy(), coeffs, 1e-7),
+        rtol=1e-4,
+        atol=1e-5,
+    )
     torch.testing.assert_close(references.polar_express(g, coeffs, 1e-7), muon.polar_express(g))
-    torch.testing.assert_close(references.polar_express(g.T.contiguous(), coeffs, 1e-7), muon.polar_express(g.T.contiguous()))
+    torch.testing.assert_close(
+        references.polar_express(g.T.contiguous(), coeffs, 1e-7),
+        muon.polar_express(g.T.contiguous()),
+    )
 
 
 @pytest.mark.parametrize(("shape", "steps"), [((8, 16), 5), ((130, 300), 2)])
@@ -261,7 +346,9 @@ def test_polar_express_kernel_vs_reference(interpreted, shape: tuple[int, int], 
     g = rand(rng, *shape)
     coeffs = muon.POLAR_EXPRESS_COEFFS[:steps]
     out = interpreted("polar_express").polar_express_fwd(g, coeffs, 1e-7)
-    np.testing.assert_allclose(out, references.polar_express(torch.tensor(g), coeffs, 1e-7).numpy(), rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(
+        out, references.polar_express(torch.tensor(g), coeffs, 1e-7).numpy(), rtol=1e-4, atol=2e-5
+    )
 
 
 def test_polar_express_kernel_bf16_is_close_to_float64(interpreted) -> None:
@@ -290,13 +377,15 @@ def test_kernels_under_nki_simulate(real_nki) -> None:  # pragma: no cover - nee
     rng = np.random.default_rng(7)
     x = rand(rng, 130, 96)
     relu2 = load_kernel_file("relu2")
-    np.testing.assert_allclose(real_nki.simulate(relu2.relu2_fwd)(x), np.maximum(x, 0) ** 2, **TOL["float32"])
+    np.testing.assert_allclose(
+        real_nki.simulate(relu2.relu2_fwd)(x), np.maximum(x, 0) ** 2, **TOL["float32"]
+    )
     rms = load_kernel_file("rmsnorm")
     y, rstd = real_nki.simulate(rms.rmsnorm_fwd)(x, 1e-6)
     np.testing.assert_allclose(y, _rms64(x, 1e-6), rtol=1e-4, atol=1e-5)
     q, k, v = rand(rng, 1, 2, 130, 32), rand(rng, 1, 1, 130, 32), rand(rng, 1, 1, 130, 32)
-    o, _ = real_nki.simulate(load_kernel_file("attention").attention_fwd)(q, k, v, 32 ** -0.5)
-    np.testing.assert_allclose(o, _attention64(q, k, v, 32 ** -0.5), rtol=1e-3, atol=1e-3)
+    o, _ = real_nki.simulate(load_kernel_file("attention").attention_fwd)(q, k, v, 32**-0.5)
+    np.testing.assert_allclose(o, _attention64(q, k, v, 32**-0.5), rtol=1e-3, atol=1e-3)
     z, t = rand(rng, 130, 700, scale=5.0), rng.integers(0, 700, 130).astype(np.float32)[:, None]
     loss, _ = real_nki.simulate(load_kernel_file("cross_entropy").cross_entropy_fwd)(z, t, 15.0)
     want, _ = references.cross_entropy(torch.tensor(z), torch.tensor(t[:, 0]).long(), 15.0)

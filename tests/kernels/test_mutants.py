@@ -18,7 +18,7 @@ import torch
 from kernels.testing import NkiLimitError, load_kernel_module
 from trnfrontier.runtime.kernels import references
 
-CAUSAL_OFF_BY_ONE = [("offset=q0 - k0)", "offset=q0 - k0 + 1)")]
+CAUSAL_OFF_BY_ONE = [("offset=q0 - k0,", "offset=q0 - k0 + 1,")]
 TILE_OVER_128 = [("PMAX = 128  # partitions per tile", "PMAX = 256  # partitions per tile")]
 
 

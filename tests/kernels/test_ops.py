@@ -21,7 +21,9 @@ from trnfrontier.runtime.kernels import (
 )
 
 
-def _angles(t: int, half: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def _angles(
+    t: int, half: int, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     ang = torch.rand(t, half, dtype=torch.float64) * 6.3
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
@@ -36,9 +38,20 @@ def _opcheck_cases(dtype: torch.dtype) -> list[tuple[object, tuple]]:
         (torch.ops.trnf.rope_qknorm.default, (torch.randn(1, 2, 6, 8, **g), cos, sin, 1e-6, True)),
         (torch.ops.trnf.rope_qknorm.default, (torch.randn(1, 2, 6, 8, **g), cos, sin, 0.0, False)),
         (torch.ops.trnf.cross_entropy.default, (torch.randn(6, 7, **g), targets, 15.0)),
-        (torch.ops.trnf.attention.default, (torch.randn(1, 2, 5, 4, **g), torch.randn(1, 1, 5, 4, **g), torch.randn(1, 1, 5, 4, **g), 0.5)),
+        (
+            torch.ops.trnf.attention.default,
+            (
+                torch.randn(1, 2, 5, 4, **g),
+                torch.randn(1, 1, 5, 4, **g),
+                torch.randn(1, 1, 5, 4, **g),
+                0.5,
+            ),
+        ),
         (torch.ops.trnf.polar_express.default, (torch.randn(4, 6, dtype=dtype), 5, 1e-7)),
-        (torch.ops.trnf.relu2_backward.default, (torch.randn(3, 5, dtype=dtype), torch.randn(3, 5, dtype=dtype))),
+        (
+            torch.ops.trnf.relu2_backward.default,
+            (torch.randn(3, 5, dtype=dtype), torch.randn(3, 5, dtype=dtype)),
+        ),
     ]
 
 
@@ -55,11 +68,27 @@ def test_gradcheck_float64() -> None:
     checks = [
         (custom_ops.relu_squared, (torch.randn(4, 6, **d),)),
         (custom_ops.rms_norm, (torch.randn(4, 6, **d),)),
-        (lambda x: custom_ops.rope_qknorm_op(x, cos, sin, 1e-6, True)[0], (torch.randn(1, 2, 5, 6, **d),)),
-        (lambda x: custom_ops.rope_qknorm_op(x, cos, sin, 0.0, False)[0], (torch.randn(1, 2, 5, 6, **d),)),
-        (lambda z: custom_ops.softcapped_cross_entropy(z, targets, 15.0, reduction="none"), (torch.randn(4, 9, **d) * 5,)),
+        (
+            lambda x: custom_ops.rope_qknorm_op(x, cos, sin, 1e-6, True)[0],
+            (torch.randn(1, 2, 5, 6, **d),),
+        ),
+        (
+            lambda x: custom_ops.rope_qknorm_op(x, cos, sin, 0.0, False)[0],
+            (torch.randn(1, 2, 5, 6, **d),),
+        ),
+        (
+            lambda z: custom_ops.softcapped_cross_entropy(z, targets, 15.0, reduction="none"),
+            (torch.randn(4, 9, **d) * 5,),
+        ),
         (lambda z: custom_ops.cross_entropy(z, targets), (torch.randn(4, 9, **d),)),
-        (lambda q, k, v: custom_ops.attention_op(q, k, v, 0.5), (torch.randn(1, 2, 5, 4, **d), torch.randn(1, 1, 5, 4, **d), torch.randn(1, 1, 5, 4, **d))),
+        (
+            lambda q, k, v: custom_ops.attention_op(q, k, v, 0.5),
+            (
+                torch.randn(1, 2, 5, 4, **d),
+                torch.randn(1, 1, 5, 4, **d),
+                torch.randn(1, 1, 5, 4, **d),
+            ),
+        ),
     ]
     for fn, args in checks:
         assert torch.autograd.gradcheck(fn, args)
@@ -71,15 +100,24 @@ def test_ops_compatible_functions_match_the_model_references() -> None:
     c4, s4 = cos[None, None], sin[None, None]
     torch.testing.assert_close(custom_ops.relu_squared(x), ops.reference("relu_squared")(x))
     torch.testing.assert_close(custom_ops.rms_norm(x), ops.reference("rms_norm")(x))
-    torch.testing.assert_close(custom_ops.apply_rotary(x, c4, s4), ops.reference("apply_rotary")(x, c4, s4))
-    torch.testing.assert_close(custom_ops.rotary_rms_norm(x, c4, s4), ops.reference("rms_norm")(ops.reference("apply_rotary")(x, c4, s4)))
+    torch.testing.assert_close(
+        custom_ops.apply_rotary(x, c4, s4), ops.reference("apply_rotary")(x, c4, s4)
+    )
+    torch.testing.assert_close(
+        custom_ops.rotary_rms_norm(x, c4, s4),
+        ops.reference("rms_norm")(ops.reference("apply_rotary")(x, c4, s4)),
+    )
     k, v = torch.randn(2, 1, 10, 8), torch.randn(2, 1, 10, 8)
-    torch.testing.assert_close(custom_ops.causal_attention(x, k, v), ops.reference("causal_attention")(x, k, v))
+    torch.testing.assert_close(
+        custom_ops.causal_attention(x, k, v), ops.reference("causal_attention")(x, k, v)
+    )
     logits, t = torch.randn(2, 10, 50), torch.randint(0, 50, (2, 10))
     t[0, :3] = -1
     for reduction in ("mean", "sum", "none"):
-        torch.testing.assert_close(custom_ops.cross_entropy(logits, t, reduction=reduction),
-                                   ops.reference("cross_entropy")(logits, t, reduction=reduction))
+        torch.testing.assert_close(
+            custom_ops.cross_entropy(logits, t, reduction=reduction),
+            ops.reference("cross_entropy")(logits, t, reduction=reduction),
+        )
     g = torch.randn(3, 12, 20)
     torch.testing.assert_close(custom_ops.polar_express(g), muon.polar_express(g))
 
@@ -105,8 +143,18 @@ def test_kernel_path_matches_reference_path(interpreter_backend, dtype: torch.dt
         (custom_ops.relu_squared, (torch.randn(2, 70, 96, dtype=dtype),)),
         (custom_ops.rms_norm, (torch.randn(2, 70, 96, dtype=dtype),)),
         (lambda x: custom_ops.apply_rotary(x, c4, s4), (torch.randn(1, 2, 130, 32, dtype=dtype),)),
-        (lambda x: custom_ops.rotary_rms_norm(x, c4, s4), (torch.randn(1, 2, 130, 32, dtype=dtype),)),
-        (custom_ops.causal_attention, (torch.randn(1, 4, 130, 32, dtype=dtype), torch.randn(1, 2, 130, 32, dtype=dtype), torch.randn(1, 2, 130, 32, dtype=dtype))),
+        (
+            lambda x: custom_ops.rotary_rms_norm(x, c4, s4),
+            (torch.randn(1, 2, 130, 32, dtype=dtype),),
+        ),
+        (
+            custom_ops.causal_attention,
+            (
+                torch.randn(1, 4, 130, 32, dtype=dtype),
+                torch.randn(1, 2, 130, 32, dtype=dtype),
+                torch.randn(1, 2, 130, 32, dtype=dtype),
+            ),
+        ),
         (lambda z: custom_ops.softcapped_cross_entropy(z, t, 15.0), (logits,)),
         (lambda z: custom_ops.cross_entropy(z, t), (logits,)),
     ]
@@ -115,15 +163,20 @@ def test_kernel_path_matches_reference_path(interpreter_backend, dtype: torch.dt
             want, want_grads = _grads(fn, *inputs)
         got, got_grads = _grads(fn, *inputs)
         torch.testing.assert_close(got.float(), want.float(), **tol)
-        for a, b in zip(got_grads, want_grads):
+        for a, b in zip(got_grads, want_grads, strict=True):
             torch.testing.assert_close(a.float(), b.float(), **tol)
     g = torch.randn(2, 20, 12)
-    torch.testing.assert_close(custom_ops.polar_express(g), muon.polar_express(g), rtol=0.05, atol=0.05)  # kernel path: bf16
+    torch.testing.assert_close(
+        custom_ops.polar_express(g), muon.polar_express(g), rtol=0.05, atol=0.05
+    )  # kernel path: bf16
 
 
 def test_unsupported_shape_falls_back_once_with_a_warning(interpreter_backend) -> None:
     q = torch.randn(1, 1, 8, 256)  # head dim 256 > 128
-    with pytest.warns(KernelFallbackWarning, match=r"trnf::attention: \(1, 1, 8, 256\) float32.*head dim 256 > 128"):
+    with pytest.warns(
+        KernelFallbackWarning,
+        match=r"trnf::attention: \(1, 1, 8, 256\) float32.*head dim 256 > 128",
+    ):
         out = custom_ops.causal_attention(q, q, q)
     torch.testing.assert_close(out, ops.reference("causal_attention")(q, q, q))
     with warnings.catch_warnings():
@@ -134,7 +187,9 @@ def test_unsupported_shape_falls_back_once_with_a_warning(interpreter_backend) -
 def test_unsupported_shape_raises_when_the_recipe_demands_the_kernel(interpreter_backend) -> None:
     backend.set_mode("attention", "on")
     q = torch.randn(1, 1, 8, 256)
-    with pytest.raises(KernelUnavailableError, match=r"kernels.attention: on.*\(1, 1, 8, 256\).*head dim 256 > 128"):
+    with pytest.raises(
+        KernelUnavailableError, match=r"kernels.attention: on.*\(1, 1, 8, 256\).*head dim 256 > 128"
+    ):
         custom_ops.causal_attention(q, q, q)
 
 
@@ -147,7 +202,9 @@ def test_use_kernels_off_neuron() -> None:
         assert set(use_kernels({}, "cpu").values()) == {"reference"}  # all off: nothing to say
     with pytest.warns(KernelFallbackWarning, match="relu2 \\(device cpu has no NKI\\); attention"):
         chosen = use_kernels({"relu2": "auto", "attention": "auto"}, "cpu")
-    assert chosen["relu2"] == "reference" and ops.OPS["relu_squared"] is ops.reference("relu_squared")
+    assert chosen["relu2"] == "reference" and ops.OPS["relu_squared"] is ops.reference(
+        "relu_squared"
+    )
     with pytest.raises(KernelUnavailableError, match="kernels.rmsnorm: on.*device cpu has no NKI"):
         use_kernels({"rmsnorm": "on"}, "cpu")
     with pytest.raises(ValueError, match="unknown kernel"):
@@ -168,7 +225,9 @@ def test_use_kernels_registers_and_reset_restores(interpreter_backend) -> None:
 
 def test_use_kernels_on_neuron_without_nki_says_what_is_missing() -> None:
     with backend.kernel_backend(backend.load_kernel_file, {"neuron"}):
-        with pytest.raises(KernelUnavailableError, match="kernels.relu2: on.*No module named 'nki'"):
+        with pytest.raises(
+            KernelUnavailableError, match="kernels.relu2: on.*No module named 'nki'"
+        ):
             use_kernels({"relu2": "on"}, "neuron")
         with pytest.warns(KernelFallbackWarning, match="relu2 \\(ModuleNotFoundError"):
             assert use_kernels({"relu2": "auto"}, "neuron")["relu2"] == "reference"
@@ -184,7 +243,14 @@ def test_benchmark_kernels_reports_every_kernel_against_its_reference() -> None:
     from trnfrontier.runtime.kernels.bench import benchmark_kernels
 
     rows = benchmark_kernels("cpu", repeats=1)
-    assert [r["name"] for r in rows] == ["relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "attention", "polar_express"]
+    assert [r["name"] for r in rows] == [
+        "relu2",
+        "rmsnorm",
+        "rope_qknorm",
+        "cross_entropy",
+        "attention",
+        "polar_express",
+    ]
     for row in rows:
         assert row["impl"] == "reference" and row["device"] == "cpu"
         assert row["kernel_ms"] > 0 and row["reference_ms"] > 0 and row["speedup"] > 0

@@ -23,7 +23,9 @@ def _cpu_smoke() -> dict:
     return load_recipe(REPO / "recipes" / "cpu_smoke.yaml").model_dump(mode="json")
 
 
-def _train(config: GPTConfig, optim_cfg: dict, routed: bool, steps: int, batch: int, seq: int) -> list[float]:
+def _train(
+    config: GPTConfig, optim_cfg: dict, routed: bool, steps: int, batch: int, seq: int
+) -> list[float]:
     reset_kernels()
     if routed:
         register_ops()
@@ -31,7 +33,9 @@ def _train(config: GPTConfig, optim_cfg: dict, routed: bool, steps: int, batch: 
     model = GPT(config)
     optimizers = build_optimizers(model, optim_cfg)
     # one fixed batch, seen every step: the loss must fall, so "same loss" is not vacuous
-    tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(
+        0, config.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(1)
+    )
     losses = []
     for _ in range(steps):
         loss = model.loss(tokens[:, :-1], tokens[:, 1:])
@@ -64,7 +68,9 @@ def test_tiny_model_loss_and_grads_with_kernels_interpreted(interpreter_backend)
         model.zero_grad(set_to_none=True)
         loss = model.loss(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
-        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), {
+            n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+        }
 
     ops.reset()
     want_loss, want_grads = loss_and_grads()
@@ -74,7 +80,9 @@ def test_tiny_model_loss_and_grads_with_kernels_interpreted(interpreter_backend)
     torch.testing.assert_close(got_loss, want_loss, rtol=1e-5, atol=1e-5)
     assert got_grads.keys() == want_grads.keys()
     for name in want_grads:
-        torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(
+            got_grads[name], want_grads[name], rtol=1e-3, atol=1e-5, msg=name
+        )
 
 
 @pytest.mark.slow

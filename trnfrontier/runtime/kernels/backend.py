@@ -20,9 +20,9 @@ import contextlib
 import importlib.util
 import os
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Iterator
 
 KERNEL_NAMES = ("relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "polar_express", "attention")
 KERNELS_ENV = "TRNF_KERNELS_DIR"
@@ -57,7 +57,9 @@ def load_kernel_file(name: str) -> ModuleType:
 
     path = kernels_dir() / f"{name}.py"
     if not path.is_file():
-        raise ImportError(f"NKI kernel file {path} not found (set {KERNELS_ENV} to the kernels directory)")
+        raise ImportError(
+            f"NKI kernel file {path} not found (set {KERNELS_ENV} to the kernels directory)"
+        )
     spec = importlib.util.spec_from_file_location(f"trnf_nki_kernels.{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
@@ -79,7 +81,9 @@ BACKEND = _Backend()
 
 def set_mode(name: str, mode: str) -> None:
     if name not in KERNEL_NAMES or mode not in ("off", "auto", "on"):
-        raise ValueError(f"kernel {name!r} mode {mode!r}: expected one of {KERNEL_NAMES} and off|auto|on")
+        raise ValueError(
+            f"kernel {name!r} mode {mode!r}: expected one of {KERNEL_NAMES} and off|auto|on"
+        )
     BACKEND.modes[name] = mode
 
 
@@ -116,12 +120,17 @@ def fallback(op: str, shape_text: str, reason: str) -> None:
     key = (op, shape_text)
     if key not in BACKEND.warned:
         BACKEND.warned.add(key)
-        warnings.warn(f"trnf::{op}: {shape_text} unsupported by the NKI kernel ({reason}); using the PyTorch reference",
-                      KernelFallbackWarning, stacklevel=3)
+        warnings.warn(
+            f"trnf::{op}: {shape_text} unsupported by the NKI kernel ({reason}); using the PyTorch reference",
+            KernelFallbackWarning,
+            stacklevel=3,
+        )
 
 
 @contextlib.contextmanager
-def kernel_backend(loader: Callable[[str], ModuleType], devices: set[str] | frozenset[str]) -> Iterator[None]:
+def kernel_backend(
+    loader: Callable[[str], ModuleType], devices: set[str] | frozenset[str]
+) -> Iterator[None]:
     """Temporarily load kernels with ``loader`` and run them for tensors on ``devices``."""
     saved = (BACKEND.loader, BACKEND.devices, dict(BACKEND.modules))
     BACKEND.loader, BACKEND.devices, BACKEND.modules = loader, frozenset(devices), {}

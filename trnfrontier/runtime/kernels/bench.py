@@ -10,7 +10,8 @@ worth for one core) on accelerators and a small slice of them on the CPU.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -64,28 +65,65 @@ def _cases(device: torch.device, dtype: torch.dtype) -> list[dict[str, Any]]:
     targets = torch.randint(0, vocab, (rows,), device=device)
     pm = 128 if small else width  # Polar Express of one [pm, 4 pm] MLP matrix
     g = mk(pm, 4 * pm)
-    pe_flops = 5 * (4 * pm * pm * 4 * pm + 2 * pm ** 3)  # per step: X X^T and B X (2 m^2 n each), A A (2 m^3)
+    pe_flops = 5 * (
+        4 * pm * pm * 4 * pm + 2 * pm**3
+    )  # per step: X X^T and B X (2 m^2 n each), A A (2 m^3)
     attn_flops = 4 * B * heads * T * T * head_dim // 2  # causal: half of QK^T and PV
     return [
-        dict(name="relu2", shape=tuple(x.shape), bytes=2 * x.numel() * item, flops=None,
-             op=lambda: custom_ops.relu_squared(x), ref=lambda: ops.reference("relu_squared")(x)),
-        dict(name="rmsnorm", shape=tuple(h.shape), bytes=2 * h.numel() * item, flops=None,
-             op=lambda: custom_ops.rms_norm(h), ref=lambda: ops.reference("rms_norm")(h)),
-        dict(name="rope_qknorm", shape=tuple(q.shape), bytes=2 * q.numel() * item, flops=None,
-             op=lambda: custom_ops.rotary_rms_norm(q, cos, sin),
-             ref=lambda: ops.reference("rms_norm")(ops.reference("apply_rotary")(q, cos, sin))),
-        dict(name="cross_entropy", shape=tuple(logits.shape), bytes=logits.numel() * 4, flops=None,
-             op=lambda: custom_ops.cross_entropy(logits, targets),
-             ref=lambda: ops.reference("cross_entropy")(logits, targets)),
-        dict(name="attention", shape=tuple(q.shape), bytes=None, flops=attn_flops,
-             op=lambda: custom_ops.causal_attention(q, k, v), ref=lambda: ops.reference("causal_attention")(q, k, v)),
-        dict(name="polar_express", shape=tuple(g.shape), bytes=None, flops=pe_flops,
-             op=lambda: custom_ops.polar_express(g), ref=lambda: references.polar_express(g, custom_ops._coeffs(5), 1e-7)),
+        dict(
+            name="relu2",
+            shape=tuple(x.shape),
+            bytes=2 * x.numel() * item,
+            flops=None,
+            op=lambda: custom_ops.relu_squared(x),
+            ref=lambda: ops.reference("relu_squared")(x),
+        ),
+        dict(
+            name="rmsnorm",
+            shape=tuple(h.shape),
+            bytes=2 * h.numel() * item,
+            flops=None,
+            op=lambda: custom_ops.rms_norm(h),
+            ref=lambda: ops.reference("rms_norm")(h),
+        ),
+        dict(
+            name="rope_qknorm",
+            shape=tuple(q.shape),
+            bytes=2 * q.numel() * item,
+            flops=None,
+            op=lambda: custom_ops.rotary_rms_norm(q, cos, sin),
+            ref=lambda: ops.reference("rms_norm")(ops.reference("apply_rotary")(q, cos, sin)),
+        ),
+        dict(
+            name="cross_entropy",
+            shape=tuple(logits.shape),
+            bytes=logits.numel() * 4,
+            flops=None,
+            op=lambda: custom_ops.cross_entropy(logits, targets),
+            ref=lambda: ops.reference("cross_entropy")(logits, targets),
+        ),
+        dict(
+            name="attention",
+            shape=tuple(q.shape),
+            bytes=None,
+            flops=attn_flops,
+            op=lambda: custom_ops.causal_attention(q, k, v),
+            ref=lambda: ops.reference("causal_attention")(q, k, v),
+        ),
+        dict(
+            name="polar_express",
+            shape=tuple(g.shape),
+            bytes=None,
+            flops=pe_flops,
+            op=lambda: custom_ops.polar_express(g),
+            ref=lambda: references.polar_express(g, custom_ops._coeffs(5), 1e-7),
+        ),
     ]
 
 
-def benchmark_kernels(device: torch.device | str, repeats: int = 5, lnc: int = 2,
-                      dtype: torch.dtype | None = None) -> list[dict[str, Any]]:
+def benchmark_kernels(
+    device: torch.device | str, repeats: int = 5, lnc: int = 2, dtype: torch.dtype | None = None
+) -> list[dict[str, Any]]:
     """One dict per kernel: name, shape, impl, kernel_ms, reference_ms, speedup, and
     achieved_gbps or achieved_tflops with peak_fraction (None where the peak is unknown)."""
     device = torch.device(device)
@@ -95,13 +133,22 @@ def benchmark_kernels(device: torch.device | str, repeats: int = 5, lnc: int = 2
     with torch.no_grad():
         for case in _cases(device, dtype):
             name = case["name"]
-            impl = "nki" if backend.wants_kernel(device.type) and backend.kernel_importable(name) is None else "reference"
+            impl = (
+                "nki"
+                if backend.wants_kernel(device.type) and backend.kernel_importable(name) is None
+                else "reference"
+            )
             t_op = _time(case["op"], device, repeats)
             t_ref = _time(case["ref"], device, repeats)
             row: dict[str, Any] = {
-                "name": name, "shape": list(case["shape"]), "dtype": str(dtype).replace("torch.", ""),
-                "device": device.type, "impl": impl,
-                "kernel_ms": t_op * 1e3, "reference_ms": t_ref * 1e3, "speedup": t_ref / t_op if t_op > 0 else None,
+                "name": name,
+                "shape": list(case["shape"]),
+                "dtype": str(dtype).replace("torch.", ""),
+                "device": device.type,
+                "impl": impl,
+                "kernel_ms": t_op * 1e3,
+                "reference_ms": t_ref * 1e3,
+                "speedup": t_ref / t_op if t_op > 0 else None,
             }
             if case["bytes"] is not None:
                 row["achieved_gbps"] = case["bytes"] / t_op / 1e9

@@ -21,7 +21,7 @@ what ``use_kernels`` registers into the model's dispatch table.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -63,7 +63,11 @@ def relu2_op(x: Tensor) -> Tensor:
 @torch.library.custom_op("trnf::relu2_backward", mutates_args=())
 def relu2_backward_op(x: Tensor, dy: Tensor) -> Tensor:
     if _use_kernel("relu2", (x, dy), lambda: backend.supports_relu2(tuple(x.shape), x.dtype)):
-        return backend.kernel_module("relu2").relu2_bwd(_rows(x), _rows(dy.to(x.dtype))).reshape(x.shape)
+        return (
+            backend.kernel_module("relu2")
+            .relu2_bwd(_rows(x), _rows(dy.to(x.dtype)))
+            .reshape(x.shape)
+        )
     return references.relu2_backward(x, dy)
 
 
@@ -102,7 +106,9 @@ def rmsnorm_op(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 @torch.library.custom_op("trnf::rmsnorm_backward", mutates_args=())
 def rmsnorm_backward_op(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
     if _use_kernel("rmsnorm", (x, dy), lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)):
-        dx = backend.kernel_module("rmsnorm").rmsnorm_bwd(_rows(x), _rows(dy.to(x.dtype)), rstd.reshape(-1, 1).float().contiguous())
+        dx = backend.kernel_module("rmsnorm").rmsnorm_bwd(
+            _rows(x), _rows(dy.to(x.dtype)), rstd.reshape(-1, 1).float().contiguous()
+        )
         return dx.reshape(x.shape)
     return references.rmsnorm_backward(x, dy, rstd)
 
@@ -134,19 +140,33 @@ rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
 
 
 @torch.library.custom_op("trnf::rope_qknorm", mutates_args=())
-def rope_qknorm_op(x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool) -> tuple[Tensor, Tensor]:
+def rope_qknorm_op(
+    x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool
+) -> tuple[Tensor, Tensor]:
     """x [B, H, T, D], cos/sin [>=T, D/2] -> (y, rstd [B, H, T, 1])."""
     t = x.shape[-2] if x.dim() >= 2 else 0
-    if _use_kernel("rope_qknorm", (x,), lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])):
+    if _use_kernel(
+        "rope_qknorm",
+        (x,),
+        lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0]),
+    ):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        return backend.kernel_module("rope_qknorm").rope_qknorm_fwd(x.contiguous(), c, s, eps, normalize)
+        return backend.kernel_module("rope_qknorm").rope_qknorm_fwd(
+            x.contiguous(), c, s, eps, normalize
+        )
     return references.rope_qknorm(x, cos[:t], sin[:t], eps, normalize)
 
 
 @torch.library.custom_op("trnf::rope_qknorm_backward", mutates_args=())
-def rope_qknorm_backward_op(x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool) -> Tensor:
+def rope_qknorm_backward_op(
+    x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool
+) -> Tensor:
     t = x.shape[-2]
-    if _use_kernel("rope_qknorm", (x, dy), lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])):
+    if _use_kernel(
+        "rope_qknorm",
+        (x, dy),
+        lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0]),
+    ):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
         return backend.kernel_module("rope_qknorm").rope_qknorm_bwd(
             x.contiguous(), dy.to(x.dtype).contiguous(), c, s, rstd.float().contiguous(), normalize
@@ -189,18 +209,33 @@ def _targets_f32(targets: Tensor) -> Tensor:
 @torch.library.custom_op("trnf::cross_entropy", mutates_args=())
 def cross_entropy_op(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
     """logits [N, V], targets [N] (int, < 0 ignored) -> (loss [N], lse [N]) float32."""
-    if _use_kernel("cross_entropy", (logits,), lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype)):
-        loss, lse = backend.kernel_module("cross_entropy").cross_entropy_fwd(logits.contiguous(), _targets_f32(targets), softcap)
+    if _use_kernel(
+        "cross_entropy",
+        (logits,),
+        lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype),
+    ):
+        loss, lse = backend.kernel_module("cross_entropy").cross_entropy_fwd(
+            logits.contiguous(), _targets_f32(targets), softcap
+        )
         return loss.reshape(-1), lse.reshape(-1)
     return references.cross_entropy(logits, targets, softcap)
 
 
 @torch.library.custom_op("trnf::cross_entropy_backward", mutates_args=())
-def cross_entropy_backward_op(logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float) -> Tensor:
-    if _use_kernel("cross_entropy", (logits,), lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype)):
+def cross_entropy_backward_op(
+    logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float
+) -> Tensor:
+    if _use_kernel(
+        "cross_entropy",
+        (logits,),
+        lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype),
+    ):
         return backend.kernel_module("cross_entropy").cross_entropy_bwd(
-            logits.contiguous(), _targets_f32(targets), lse.reshape(-1, 1).float().contiguous(),
-            dloss.reshape(-1, 1).float().contiguous(), softcap,
+            logits.contiguous(),
+            _targets_f32(targets),
+            lse.reshape(-1, 1).float().contiguous(),
+            dloss.reshape(-1, 1).float().contiguous(),
+            softcap,
         )
     return references.cross_entropy_backward(logits, targets, lse, dloss, softcap)
 
@@ -237,7 +272,11 @@ cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
 @torch.library.custom_op("trnf::attention", mutates_args=())
 def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     """Causal attention, q [B, H, T, D], k/v [B, Hkv, T, D]."""
-    if _use_kernel("attention", (q, k), lambda: backend.supports_attention(tuple(q.shape), tuple(k.shape), q.dtype)):
+    if _use_kernel(
+        "attention",
+        (q, k),
+        lambda: backend.supports_attention(tuple(q.shape), tuple(k.shape), q.dtype),
+    ):
         o, _lse = backend.kernel_module("attention").attention_fwd(
             q.contiguous(), k.to(q.dtype).contiguous(), v.to(q.dtype).contiguous(), scale
         )
@@ -284,7 +323,11 @@ def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
     """Polar Express of g [..., m, n] (each matrix independently), g's dtype."""
     coeffs = _coeffs(steps)
     # On a kernel device, work in bfloat16 as trnfrontier.runtime.muon does on accelerators.
-    if _use_kernel("polar_express", (g,), lambda: backend.supports_polar_express(tuple(g.shape), torch.bfloat16, 2)):
+    if _use_kernel(
+        "polar_express",
+        (g,),
+        lambda: backend.supports_polar_express(tuple(g.shape), torch.bfloat16, 2),
+    ):
         kernel = backend.kernel_module("polar_express").polar_express_fwd
         mats = g.reshape(-1, *g.shape[-2:]).to(torch.bfloat16)
         tall = g.shape[-2] > g.shape[-1]
@@ -330,8 +373,9 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return attention_op(q, k, v, q.size(-1) ** -0.5)
 
 
-def softcapped_cross_entropy(logits: Tensor, targets: Tensor, cap: float, ignore_index: int = -1,
-                             reduction: str = "mean") -> Tensor:
+def softcapped_cross_entropy(
+    logits: Tensor, targets: Tensor, cap: float, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
     """cross_entropy(softcap(logits, cap), targets) without materialising the softcapped logits."""
     flat = logits.reshape(-1, logits.size(-1))
     t = targets.reshape(-1)
@@ -346,7 +390,9 @@ def softcapped_cross_entropy(logits: Tensor, targets: Tensor, cap: float, ignore
     raise ValueError(f"reduction {reduction!r}: expected mean, sum or none")
 
 
-def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+def cross_entropy(
+    logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
     """As ops.cross_entropy (float32 nats; the model has already applied its softcap)."""
     return softcapped_cross_entropy(logits, targets, 0.0, ignore_index, reduction)
 

@@ -54,17 +54,23 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, inverse: bool = False) -> Tensor
     return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
 
 
-def rope_qknorm(x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool) -> tuple[Tensor, Tensor]:
+def rope_qknorm(
+    x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool
+) -> tuple[Tensor, Tensor]:
     """(y, rstd) for y = rmsnorm(rotate(x)) (or rotate(x), rstd = 1, when not normalize)."""
     w = acc_dtype(x)
     z = rotate(x.to(w), cos.to(w), sin.to(w))
     if not normalize:
-        return z.to(x.dtype), torch.ones(*x.shape[:-1], 1, dtype=torch.float32 if w != torch.float64 else w, device=x.device)
+        return z.to(x.dtype), torch.ones(
+            *x.shape[:-1], 1, dtype=torch.float32 if w != torch.float64 else w, device=x.device
+        )
     rstd = torch.rsqrt(z.square().mean(dim=-1, keepdim=True) + eps)
     return (z * rstd).to(x.dtype), rstd.float() if w != torch.float64 else rstd
 
 
-def rope_qknorm_backward(x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool) -> Tensor:
+def rope_qknorm_backward(
+    x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool
+) -> Tensor:
     w = acc_dtype(x)
     c, s, g = cos.to(w), sin.to(w), dy.to(w)
     if normalize:
@@ -87,7 +93,9 @@ def cross_entropy(logits: Tensor, targets: Tensor, cap: float) -> tuple[Tensor, 
     return loss, lse
 
 
-def cross_entropy_backward(logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, cap: float) -> Tensor:
+def cross_entropy_backward(
+    logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, cap: float
+) -> Tensor:
     w = acc_dtype(logits)
     z = logits.to(w)
     s = softcapped(z, cap)

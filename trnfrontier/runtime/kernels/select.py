@@ -16,7 +16,8 @@ dispatch table). Polar Express is the optimizer's, not the model's: ``muon`` loo
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -79,7 +80,9 @@ def use_kernels(kernels_cfg: dict[str, str] | None, device: torch.device | str) 
     cfg = dict(kernels_cfg or {})
     unknown = sorted(set(cfg) - set(backend.KERNEL_NAMES))
     if unknown:
-        raise ValueError(f"kernels: unknown kernel(s) {', '.join(unknown)}; known: {', '.join(backend.KERNEL_NAMES)}")
+        raise ValueError(
+            f"kernels: unknown kernel(s) {', '.join(unknown)}; known: {', '.join(backend.KERNEL_NAMES)}"
+        )
     # a plain string is read without torch.device(): torch cannot parse "neuron" until
     # torch_neuronx is imported, and this must be able to say so
     device_type = device.split(":")[0] if isinstance(device, str) else device.type
@@ -107,6 +110,9 @@ def use_kernels(kernels_cfg: dict[str, str] | None, device: torch.device | str) 
             chosen[name] = "reference"
             fell_back.append(f"{name} ({reason})")
     if fell_back:
-        warnings.warn("kernels set to auto fell back to PyTorch references: " + "; ".join(fell_back),
-                      backend.KernelFallbackWarning, stacklevel=2)
+        warnings.warn(
+            "kernels set to auto fell back to PyTorch references: " + "; ".join(fell_back),
+            backend.KernelFallbackWarning,
+            stacklevel=2,
+        )
     return chosen
