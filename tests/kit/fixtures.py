@@ -1,0 +1,130 @@
+"""Kit-style train.py files for the kit-mode tests, written the way a team writes one.
+
+``write_train_py(directory, mode)`` writes ``directory/train.py``: a tiny causal model
+trained through the prepare.py API (``ensure_tokenizer``, ``make_dataloader``,
+``get_dist_info``, ``record_step_boundary``, ``evaluate_bpb``), DDP over gloo when
+torchrun starts several ranks, ``TRNF_DRY_RUN_STEPS`` (else ``--steps``, default 8)
+steps, ``out/final.pt`` in the kit layout, and ``load_for_eval``. ``mode`` spoils it:
+
+- ``good``: as above.
+- ``crash``: rank 1 raises at step 2 (rank 0 is then stuck in the next all-reduce).
+- ``hang``: every rank writes ``pids/rank<R>`` (its pid and a ``sleep`` child's pid),
+  then rank 1 sleeps forever and rank 0 waits for it in a barrier.
+- ``nan``: the loss becomes NaN from step 3.
+- ``nolog``: never calls record_step_boundary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODES = ("good", "crash", "hang", "nan", "nolog")
+
+TEMPLATE = '''\
+"""A kit-style train.py (the organisers' layout), written by trnf's tests."""
+import argparse
+import os
+import subprocess
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from prepare import ensure_tokenizer, evaluate_bpb, get_dist_info, make_dataloader, record_step_boundary
+
+MODE = "{mode}"
+CONFIG = {{"vocab_size": 8192, "n_embd": 16}}
+SEQ_LEN = 32
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab_size, n_embd):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.mix = nn.Linear(n_embd, n_embd, bias=False)
+        self.head = nn.Linear(n_embd, vocab_size, bias=False)
+
+    def forward(self, idx):
+        h = self.wte(idx)
+        # Causal by construction: position t sees the mean of positions <= t.
+        h = torch.cumsum(h, dim=1) / torch.arange(1, idx.size(1) + 1, device=idx.device).view(1, -1, 1)
+        h = h + self.mix(h)
+        return self.head(F.rms_norm(h, (h.size(-1),)))
+
+
+def load_for_eval(checkpoint_path, device):
+    data = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    model = TinyLM(**data["model_config"])
+    model.load_state_dict(data["model_state"])
+    return model.to(device).eval()
+
+
+def hang(rank):
+    child = subprocess.Popen(["sleep", "600"])
+    os.makedirs("pids", exist_ok=True)
+    with open(f"pids/rank{{rank}}", "w") as handle:
+        handle.write(f"{{os.getpid()}} {{child.pid}}")
+    if rank == 1 or not dist.is_initialized():
+        time.sleep(3600)
+    dist.barrier()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+    steps = int(os.environ.get("TRNF_DRY_RUN_STEPS", args.steps))
+    torch.set_num_threads(1)
+    is_ddp, rank, _, world = get_dist_info()
+    if is_ddp:
+        dist.init_process_group(os.environ.get("TRNF_DIST_BACKEND", "gloo"))
+    if MODE == "hang":
+        hang(rank)
+    torch.manual_seed(0)
+    model = TinyLM(**CONFIG)
+    train_model = nn.parallel.DistributedDataParallel(model) if is_ddp else model
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    tokenizer = ensure_tokenizer()
+    loader = make_dataloader(tokenizer, 4, SEQ_LEN, "train")
+    print(f"rank {{rank}}/{{world}}: {{sum(p.numel() for p in model.parameters()):,}} parameters", flush=True)
+    for step in range(1, steps + 1):
+        x, y, _ = next(loader)
+        loss = F.cross_entropy(train_model(x).flatten(0, 1), y.flatten())
+        if MODE == "nan" and step >= 3:
+            loss = loss * float("nan")
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
+        if MODE == "crash" and rank == 1 and step == 2:
+            raise RuntimeError("injected failure on rank 1 at step 2")
+        if MODE != "nolog":
+            record_step_boundary(step)
+        print(f"step {{step}} | loss {{loss.item():.4f}} | lr 0.003 | rank {{rank}}", flush=True)
+    if rank == 0:
+        os.makedirs("out", exist_ok=True)
+        torch.save({{"model_state": model.state_dict(), "model_config": CONFIG, "meta": {{"steps": steps}}}}, "out/final.pt")
+    result = evaluate_bpb(model.eval(), tokenizer, 2, seq_len=SEQ_LEN, max_tokens=256)  # every rank: it all-reduces
+    if rank == 0:
+        print(f"step {{steps}} | val_bpb {{result['val_bpb']:.4f}}", flush=True)
+    if is_ddp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def train_py_source(mode: str = "good") -> str:
+    if mode not in MODES:
+        raise ValueError(f"unknown fixture mode {mode!r}; one of {MODES}")
+    return TEMPLATE.format(mode=mode)
+
+
+def write_train_py(directory: Path, mode: str = "good") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "train.py"
+    path.write_text(train_py_source(mode), encoding="utf-8")
+    return path

@@ -1,0 +1,103 @@
+"""Reading what a kit train.py printed: step lines, parameter counts, rank logs, the failing rank."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from trnfrontier.kit import logs
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("step 12 | loss 3.2100 | lr 0.001 | 12,345 tok/s | mfu 30.1% | charged 123.4/1800 s",
+         {"step": 12, "loss": 3.21, "lr": 0.001, "tokens_per_second": 12345.0, "mfu": 0.301}),
+        ("[default0]:step:12/100 train_loss:3.2100 train_time:1234ms step_avg:102.83ms", {"step": 12, "loss": 3.21}),
+        ("step 00012/01000 (1.2%) | loss: 3.210000 | lrm: 1.00 | dt: 123.45ms | tok/sec: 12,345 | mfu: 30.00",
+         {"step": 12, "loss": 3.21, "tokens_per_second": 12345.0, "mfu": 0.30}),
+        ("step 5, loss 2.5, lr 1e-3, tokens 20480", {"step": 5, "loss": 2.5, "lr": 1e-3, "tokens": 20480}),
+        ("[rank1]:step=7 val_bpb=1.2345", {"step": 7, "val_bpb": 1.2345}),
+    ],
+)
+def test_usual_step_lines(line: str, expected: dict) -> None:
+    assert logs.parse_step_line(line) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("line", ["steps: 4", "step_boundaries.jsonl written", "loss 3.2", "Stepping up", ""])
+def test_other_lines_are_not_steps(line: str) -> None:
+    assert logs.parse_step_line(line) is None
+
+
+def test_nan_loss_is_found(tmp_path: Path) -> None:
+    out = tmp_path / "rank0.stdout.log"
+    out.write_text("Number of parameters: 59,604,992\nstep 1 | loss 9.1\nstep 2 | loss nan\nstep 3 | loss inf\n")
+    printed = logs.read_printed([out, tmp_path / "absent.log"])
+    assert printed.params == 59_604_992
+    assert [r["step"] for r in printed.records] == [1, 2, 3]
+    assert math.isnan(printed.records[1]["loss"])
+    assert printed.non_finite_loss_step() == 2
+
+
+def test_lines_of_one_step_merge_into_one_record(tmp_path: Path) -> None:
+    out = tmp_path / "out.log"
+    out.write_text("step 8 | loss 2.5\nstep 8 | val_bpb 1.7\nstep 9 | loss 2.4\n")
+    printed = logs.read_printed([out])
+    assert printed.records == [{"step": 8, "loss": 2.5, "val_bpb": 1.7}, {"step": 9, "loss": 2.4}]
+    assert printed.last("val_bpb") == 1.7 and printed.last("tokens") is None
+
+
+@pytest.mark.parametrize(("text", "count"), [("params 59.6M", 59_600_000), ("model has 1,234 parameters", 1234), ("num_params=262_400", 262_400)])
+def test_parameter_counts(text: str, count: int) -> None:
+    assert logs.parse_params([text]) == count
+
+
+def _torchrun_layout(root: Path, ranks: int) -> Path:
+    torchrun = root / "torchrun"
+    for rank in range(ranks):
+        d = torchrun / "abc_123" / "attempt_0" / str(rank)
+        d.mkdir(parents=True)
+        (d / "stdout.log").write_text(f"step 1 | loss 1.0 | rank {rank}\n")
+        (d / "stderr.log").write_text("" if rank == 0 else "Traceback (most recent call last):\nValueError: bad\n")
+    return torchrun
+
+
+def test_rank_logs_move_to_flat_names(tmp_path: Path) -> None:
+    torchrun = _torchrun_layout(tmp_path, 2)
+    found = logs.collect_rank_logs(torchrun, tmp_path / "logs")
+    assert sorted(found) == [0, 1]
+    assert found[1].stderr == tmp_path / "logs" / "rank1.stderr.log"
+    assert "rank 1" in found[1].stdout.read_text()
+    assert not torchrun.exists()
+
+
+CONSOLE = """\
+Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 14553)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 14554)
+"""
+
+
+def test_failing_rank_is_torchruns_root_cause_else_the_first_traceback(tmp_path: Path) -> None:
+    found = logs.collect_rank_logs(_torchrun_layout(tmp_path, 3), tmp_path / "logs")
+    assert logs.failing_rank(CONSOLE, found) == 1
+    assert logs.failing_rank("no summary printed", found) == 1
+    assert logs.failing_rank("", {0: found[0]}) is None
+
+
+def test_error_line_and_tail(tmp_path: Path) -> None:
+    lines = ["[rank1]: Traceback (most recent call last):", '[rank1]:   raise RuntimeError("x")', "[rank1]: RuntimeError: injected", ""]
+    assert logs.last_error_line(lines) == "RuntimeError: injected"
+    assert logs.last_error_line(["just text"]) == "just text"
+    log = tmp_path / "err.log"
+    log.write_text("\n".join(f"line {i}" for i in range(30)) + "\n\n")
+    assert logs.tail(log, 3) == ["line 27", "line 28", "line 29"]
+    assert logs.tail(tmp_path / "missing.log") == []

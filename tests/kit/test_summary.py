@@ -1,0 +1,53 @@
+"""Kit-run budget numbers: the organisers' accounting of the step log, and per-step charged seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from trnfrontier.kit import summary
+from trnfrontier.kit.logs import PrintedRun
+
+
+def _step_log(path: Path, start: float, times: list[float], stale: bool = False) -> Path:
+    lines = []
+    if stale:  # an earlier process's segment: the accounting reads the last one only
+        lines += [{"header": True, "start_time": 0.0, "pid": 1}, {"step": 1, "time": 5000.0}]
+    lines.append({"header": True, "start_time": start, "pid": 2})
+    lines += [{"step": i + 1, "time": t} for i, t in enumerate(times)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_charged_per_step_follows_the_organisers_rule(tmp_path: Path, prepare_module: ModuleType) -> None:
+    # Startup (to step 5) takes 1000 s, more than the 900 s cap: 100 s of it is charged.
+    log = _step_log(tmp_path / "steps.jsonl", 100.0, [400, 700, 900, 1000, 1100, 1110, 1120], stale=True)
+    accounting, how = summary.budget(log, prepare_module)
+    assert how == "prepare.budget_accounting"
+    assert accounting == prepare_module.budget_accounting(str(log))
+    charged = summary.charged_by_step(log, accounting)
+    assert charged[1] == pytest.approx(0.0) and charged[4] == pytest.approx(0.0)
+    assert charged[5] == pytest.approx(100.0)
+    assert charged[7] == pytest.approx(accounting["charged_seconds"]) == pytest.approx(120.0)
+
+
+def test_missing_or_broken_step_log_says_why(tmp_path: Path, prepare_module: ModuleType) -> None:
+    accounting, why = summary.budget(tmp_path / "absent.jsonl", prepare_module)
+    assert accounting is None and "never called prepare.record_step_boundary" in why
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 1, "time": 3}\n')
+    accounting, why = summary.budget(bad, prepare_module)
+    assert accounting is None and why.startswith("step log unusable")
+
+
+def test_metrics_records_carry_charged_seconds(tmp_path: Path) -> None:
+    printed = PrintedRun(records=[{"step": 1, "loss": 3.0}, {"step": 2, "loss": float("nan")}])
+    assert summary.write_metrics(tmp_path / "metrics.jsonl", printed, {2: 1.5}) == 2
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 1, "loss": 3.0}, {"step": 2, "loss": None, "charged_seconds": 1.5}]
+    fields = summary.printed_fields(PrintedRun(records=[{"step": 3, "loss": 2.0, "mfu": 0.3}], params=10))
+    assert fields["final_loss"] == 2.0 and fields["mfu"] == 0.3 and fields["params"] == 10
+    assert fields["tokens_per_second"] is None and fields["reported_val_bpb"] is None

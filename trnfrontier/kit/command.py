@@ -1,0 +1,113 @@
+"""What `trnf train --train-py` prints and how it exits (cli/train.py branches here).
+
+Live output of the ranks goes to stderr as it arrives; the result (a table, or one JSON
+document with ``--json``) goes to stdout; a failure ends with the failing rank's last log
+lines on stderr and one ``trnf: error:`` line with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from trnfrontier.console import err, out, print_json
+from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.kit.dryrun import DryRunReport, dry_run_kit
+from trnfrontier.kit.run import KitOptions, KitRun, train_kit, validate_shape
+
+DRY_RUN_TIMEOUT_SECONDS = 600.0
+
+
+def _print_tail(console: Console, log: Path | None, lines: list[str]) -> None:
+    if not lines:
+        return
+    console.print(f"last lines of {log}:" if log else "last lines:", style="bold")
+    for line in lines:
+        console.print(Text("  " + line))
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _run_table(summary: dict[str, Any]) -> Table:
+    table = Table(title=f"kit run {summary['name']}: {summary['status']}", show_header=False)
+    rows = [
+        ("launch", summary["launch"]),
+        ("steps", str(summary["steps"])),
+        ("final loss", _fmt(summary["final_loss"], ".4f")),
+        ("charged / budget", f"{_fmt(summary['charged_seconds'], '.1f')} / {_fmt(summary['budget_seconds'], 'g')} s"),
+        ("startup excluded", f"{_fmt(summary['startup_seconds'], '.1f')} s"),
+        ("headroom", f"{_fmt(summary['headroom_seconds'], '.1f')} s"),
+        ("over budget", str(summary["over_budget"])),
+        ("tokens/s", _fmt(summary["tokens_per_second"], ",.0f")),
+        ("params", _fmt(summary["params"], ",")),
+        ("val_bpb printed by train.py", _fmt(summary["reported_val_bpb"], ".4f") + " (untrusted)"),
+        ("checkpoint", summary["final_checkpoint"] or "-"),
+        ("not found in the output", ", ".join(summary["missing_fields"]) or "-"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def _stage_table(report: DryRunReport) -> Table:
+    table = Table(title="dry run (CPU, gloo, clean environment)")
+    for column in ("stage", "result", "detail"):
+        table.add_column(column)
+    marks = {True: "[green]pass[/green]", False: "[bold red]FAIL[/bold red]", None: "[dim]-[/dim]"}
+    for stage in report.stages:
+        table.add_row(stage.name, marks[stage.passed], Text(stage.detail))
+    return table
+
+
+def _train(options: KitOptions, json_output: bool) -> KitRun:
+    live = err()
+    run = train_kit(options, on_line=lambda line: live.print(Text(line)))
+    for note in run.notes:
+        live.print(f"note: {note}")
+    if json_output:
+        print_json(run.summary)
+    else:
+        out().print(_run_table(run.summary))
+    return run
+
+
+def kit_command(
+    *, train_py: Path, nproc: int, lnc: int, out_dir: Path | None, timeout: float | None,
+    dry_run: bool, steps: int | None, args: list[str], json_output: bool,
+) -> None:
+    """`trnf train --train-py ...` and `... --dry-run`: raises TrnfError on any failure."""
+    if steps is not None and not dry_run:
+        raise UsageError("--steps limits a --dry-run; a real run's own flags go after `--`")
+    if not dry_run:
+        run = _train(KitOptions(train_py, nproc, lnc, out_dir, timeout, tuple(args)), json_output)
+        if run.problems:
+            _print_tail(err(), run.failure_log, run.failure_tail)
+            more = f" (+{len(run.problems) - 1} more in {run.run_dir / 'summary.json'})" if len(run.problems) > 1 else ""
+            raise TrnfError(run.problems[0] + more, exit_code=run.exit_code)
+        checkpoint = run.summary["final_checkpoint"]
+        err().print(f"run directory {run.run_dir}; score it: trnf eval --train-py {train_py} --checkpoint {checkpoint}")
+        return
+
+    validate_shape(nproc, lnc)
+    limit = timeout if timeout is not None else DRY_RUN_TIMEOUT_SECONDS
+    with tempfile.TemporaryDirectory(prefix="trnf-dry-run-") as tmp:
+        work = out_dir.expanduser().resolve() if out_dir is not None else Path(tmp)
+        if out_dir is not None and work.exists() and any(work.iterdir()):
+            raise UsageError(f"--out {work} is not empty; a dry run needs an empty directory to keep")
+        work.mkdir(parents=True, exist_ok=True)
+        report = dry_run_kit(train_py, work, nproc=nproc, lnc=lnc, steps=steps or 3, timeout=limit, args=tuple(args))
+        if json_output:
+            print_json({"passed": report.passed, "stages": [vars(s) for s in report.stages]})
+        else:
+            out().print(_stage_table(report))
+        failure = report.first_failure()
+        if failure is not None:
+            _print_tail(err(), report.failure_log if out_dir is not None else None, report.failure_tail)
+            raise TrnfError(f"dry run failed at {failure.name}: {failure.detail}")

@@ -1,0 +1,172 @@
+"""`trnf train --train-py train.py --dry-run`: the team's file on CPU, before chip time.
+
+The same file, under torchrun with the chosen world size, gloo on CPU, for a few steps
+(``TRNF_DRY_RUN_STEPS``, the variable `trnf verify --dry-run` sets; kit-style scripts
+honour it), in the clean environment of ``trnfrontier.verify.dryrun`` (a venv holding
+only the organisers' packages and the trusted prepare.py, ``python -I``, a scrubbed
+environment). It runs on a copy of the script's code in a work directory, so a dry run
+never overwrites the team's real ``out/final.pt``.
+
+Stages, each pass/fail: source (exists, parses, defines load_for_eval, no foreign
+prepare.py beside it), environment, start (every rank launched, a first step boundary),
+steps (every rank exited 0, the step log advanced), checkpoint (written), load_for_eval
+(loads it back and gives finite logits, in the clean environment).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trnfrontier.contract import load_contract
+from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.kit import launch, logs, preflight
+from trnfrontier.runtime.trainer import STEP_LOG_FILE
+from trnfrontier.verify.budget import BudgetLogError, read_boundaries
+from trnfrontier.verify.contract import run_probe
+from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV, _clean_environ, _find_checkpoint, build_clean_env
+
+STAGES = ("source", "environment", "start", "steps", "checkpoint", "load_for_eval")
+# Directories never copied into the dry run: caches, environments, outputs.
+_SKIP_DIRS = {"__pycache__", "out", "runs", "node_modules", "site-packages"}
+_COPY_DEPTH = 3
+
+
+@dataclass
+class Stage:
+    name: str
+    passed: bool | None  # None: not reached
+    detail: str
+
+
+@dataclass
+class DryRunReport:
+    stages: list[Stage] = field(default_factory=list)
+    failure_log: Path | None = None
+    failure_tail: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(stage.passed for stage in self.stages)
+
+    def first_failure(self) -> Stage | None:
+        return next((s for s in self.stages if s.passed is False), None)
+
+    def add(self, name: str, passed: bool, detail: str) -> bool:
+        self.stages.append(Stage(name, passed, detail))
+        return passed
+
+    def skip_rest(self) -> "DryRunReport":
+        done = {s.name for s in self.stages}
+        self.stages.extend(Stage(n, None, "not reached") for n in STAGES if n not in done)
+        return self
+
+
+def copy_code(source: Path, dest: Path) -> list[str]:
+    """The script's directory's .py files (to depth 3; no prepare.py, hidden, cache, venv
+    or output folders) into ``dest``: train.py and the kernel files it imports."""
+    copied: list[str] = []
+    for path in sorted(source.rglob("*.py")):
+        rel = path.relative_to(source)
+        parts = rel.parts
+        if len(parts) > _COPY_DEPTH or rel == Path("prepare.py"):
+            continue
+        if any(p.startswith(".") or p in _SKIP_DIRS for p in parts[:-1]):
+            continue
+        if any((source.joinpath(*parts[:i]) / "pyvenv.cfg").exists() for i in range(1, len(parts))):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        copied.append(rel.as_posix())
+    return copied
+
+
+def _rank_steps(rank_logs: dict[int, logs.RankLog]) -> str:
+    counts = []
+    for rank in sorted(rank_logs):
+        printed = logs.read_printed([rank_logs[rank].stdout, rank_logs[rank].stderr])
+        counts.append(f"rank {rank}: {len(printed.records)}")
+    return ", ".join(counts)
+
+
+def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int, timeout: float,
+                args: tuple[str, ...] = ()) -> DryRunReport:
+    """Run the dry run in ``work`` (an empty directory the caller owns and may keep)."""
+    report = DryRunReport()
+    script = train_py.expanduser().resolve()
+    contract = load_contract()
+    try:
+        preflight.check_train_py(train_py.expanduser())
+        preflight.check_prepare_beside(script, contract.path, contract.sha256)
+    except UsageError:
+        raise
+    except TrnfError as exc:
+        report.add("source", False, str(exc))
+        return report.skip_rest()
+    run_dir = work / "run"
+    run_dir.mkdir(parents=True)
+    copied = copy_code(script.parent, run_dir)
+    if script.name != "train.py":  # the load probe, like the organisers, looks for train.py
+        shutil.copyfile(script, run_dir / "train.py")
+    report.add("source", True, f"parses, defines load_for_eval; {len(copied)} .py file(s) copied")
+
+    try:
+        python = build_clean_env(work, contract.path)
+    except Exception as exc:  # noqa: BLE001 - venv/symlink/metadata failures all mean the same here
+        report.add("environment", False, f"could not build the clean environment: {exc}")
+        return report.skip_rest()
+    report.add("environment", True, "venv with only the organisers' packages + the trusted prepare.py (python -I)")
+
+    home = work / "home"
+    home.mkdir()
+    env = _clean_environ(home, nproc, lnc, steps, run_dir)
+    plan = launch.torchrun_plan(python=str(python), script=run_dir / script.name, nproc=nproc, lnc=lnc, args=args,
+                                cwd=run_dir, env=env, log_dir=work / "logs" / "torchrun", isolated=True)
+    outcome = launch.run(plan, timeout=timeout, console_log=work / "logs" / "console.log")
+    rank_logs = logs.collect_rank_logs(plan.log_dir, work / "logs")
+    try:
+        _, boundaries = read_boundaries(run_dir / STEP_LOG_FILE)
+    except (OSError, BudgetLogError):
+        boundaries = []
+
+    missing = [r for r in range(nproc) if r not in rank_logs]
+    why = ""
+    crashed = outcome.exit_code not in (0, None)
+    if crashed:
+        rank = logs.failing_rank(outcome.console, rank_logs)
+        source = rank_logs.get(rank) if rank is not None else None
+        report.failure_log = source.stderr if source else work / "logs" / "console.log"
+        report.failure_tail = logs.tail(report.failure_log)
+        why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(report.failure_tail)[:240]}"
+    elif outcome.timed_out:
+        report.failure_log = work / "logs" / "console.log"
+        report.failure_tail = logs.tail(report.failure_log)
+        why = (f"still running after {timeout:g} s (process tree killed): does train.py stop after "
+               f"{DRY_RUN_STEPS_ENV}={steps} steps?")
+    if missing or not boundaries:
+        detail = (f"rank(s) {', '.join(map(str, missing))} never started" if missing
+                  else why if (crashed or outcome.timed_out) else "no step boundary recorded: train.py never called prepare.record_step_boundary()")
+        report.add("start", False, detail)
+        return report.skip_rest()
+    report.add("start", True, f"{nproc} rank(s) launched (gloo, CPU), first boundary at step {boundaries[0][0]}")
+    if crashed or outcome.timed_out:
+        report.add("steps", False, why)
+        return report.skip_rest()
+    report.add("steps", True, f"all {nproc} rank(s) exited 0; step log reached step {boundaries[-1][0]} "
+                               f"({DRY_RUN_STEPS_ENV}={steps}); step lines printed: {_rank_steps(rank_logs)}")
+
+    checkpoint = _find_checkpoint(run_dir)
+    if checkpoint is None:
+        report.add("checkpoint", False, "train.py exited 0 but wrote no checkpoint (out/final.pt or any *.pt)")
+        return report.skip_rest()
+    report.add("checkpoint", True, f"{checkpoint.relative_to(run_dir)} ({checkpoint.stat().st_size:,} bytes)")
+
+    probe = run_probe("load", root=run_dir, checkpoint=checkpoint, prepare=None, timeout=timeout, python=str(python), env=env)
+    if probe.data is None or not probe.data.get("passed"):
+        why = probe.error or probe.data.get("error") or probe.data.get("detail")  # type: ignore[union-attr]
+        report.add("load_for_eval", False, f"{checkpoint.relative_to(run_dir)} does not load back: {why}")
+        return report.skip_rest()
+    report.add("load_for_eval", True, f"load_for_eval({checkpoint.relative_to(run_dir)}, 'cpu'): {probe.data.get('detail', 'loaded')}, finite logits")
+    return report

@@ -1,0 +1,188 @@
+"""What a kit-style train.py printed: step lines, totals, and the failing rank's last words.
+
+A team's train.py prints whatever it likes. The usual step-line shapes are understood:
+
+    step 12 | loss 3.2100 | lr 0.001 | 12,345 tok/s | mfu 30.1% | charged 123.4/1800 s
+    step:12/100 train_loss:3.2100 train_time:1234ms step_avg:102.83ms
+    step 00012/01000 (1.2%) | loss: 3.210000 | lrm: 1.00 | dt: 123.45ms | tok/sec: 12,345 | mfu: 30.00
+
+A step line starts with the word ``step`` and a number; ``name value`` / ``name: value``
+/ ``name=value`` pairs after it are read by name (``loss``/``train_loss``, ``lr``,
+``tok/s``/``tok/sec``/``tokens/s`` (also ``12,345 tok/s``), ``mfu`` (a value above 1 is a
+percentage), ``val_bpb``, ``val_loss``, ``tokens``). Whatever is not found is reported as
+missing rather than guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+# torchrun --tee prefixes every worker line with "[default<rank>]:" (or "[rank<rank>]:").
+_TEE_PREFIX = re.compile(r"^\[(?:default|rank)?\d+\]:")
+_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+_STEP = re.compile(r"^\W*step\b[\s:=#]*(\d+)(?:\s*/\s*\d+)?", re.IGNORECASE)
+_PAIR = re.compile(rf"([A-Za-z_][\w/]*)\s*[:=]?\s*({_NUMBER})(\s*%)?", re.IGNORECASE)
+_RATE_FIRST = re.compile(rf"({_NUMBER})\s*tok(?:en)?s?/s(?:ec)?\b", re.IGNORECASE)
+_PARAMS = (
+    re.compile(r"\b(?:num_params|n_params|params|parameters)\b\D{0,20}?(\d[\d,_]*(?:\.\d+)?)\s*([KMB])?\b", re.IGNORECASE),
+    re.compile(r"(\d[\d,_]*(?:\.\d+)?)\s*([KMB])?\s+(?:params|parameters)\b", re.IGNORECASE),
+)
+
+_KEYS = {
+    "loss": "loss", "train_loss": "loss", "train/loss": "loss",
+    "lr": "lr", "learning_rate": "lr",
+    "tok/s": "tokens_per_second", "tok/sec": "tokens_per_second", "tokens/s": "tokens_per_second",
+    "tokens/sec": "tokens_per_second", "tokens_per_second": "tokens_per_second", "tps": "tokens_per_second",
+    "mfu": "mfu", "val_bpb": "val_bpb", "val_loss": "val_loss", "tokens": "tokens",
+}
+_SCALE = {"K": 1e3, "M": 1e6, "B": 1e9}
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def strip_prefix(line: str) -> str:
+    return _TEE_PREFIX.sub("", line, count=1)
+
+
+def parse_step_line(line: str) -> dict[str, Any] | None:
+    """The step record in one printed line, or None when the line is not a step line."""
+    line = strip_prefix(line).strip()
+    match = _STEP.match(line)
+    if match is None:
+        return None
+    record: dict[str, Any] = {"step": int(match.group(1))}
+    rest = line[match.end():]
+    for rate in _RATE_FIRST.finditer(rest):
+        record.setdefault("tokens_per_second", _number(rate.group(1)))
+    for key, value, percent in _PAIR.findall(rest):
+        name = _KEYS.get(key.lower())
+        if name is None or name in record:
+            continue
+        number = _number(value)
+        if name == "mfu" and (percent or number > 1.0):
+            number /= 100.0
+        record[name] = int(number) if name == "tokens" and math.isfinite(number) else number
+    return record
+
+
+def parse_params(lines: Iterable[str]) -> int | None:
+    """A parameter count the script printed ("Number of parameters: 59,604,992", "params 59.6M")."""
+    for line in lines:
+        if _STEP.match(strip_prefix(line).strip()):
+            continue
+        match = _PARAMS[0].search(line) or _PARAMS[1].search(line)
+        if match:
+            return int(_number(match.group(1).replace("_", "")) * _SCALE.get((match.group(2) or "").upper(), 1))
+    return None
+
+
+@dataclass
+class PrintedRun:
+    """Everything read from rank 0's output."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    params: int | None = None
+
+    def last(self, name: str) -> Any:
+        for record in reversed(self.records):
+            if name in record:
+                return record[name]
+        return None
+
+    def non_finite_loss_step(self) -> int | None:
+        """The first step whose printed loss is NaN or infinite."""
+        for record in self.records:
+            loss = record.get("loss")
+            if isinstance(loss, float) and not math.isfinite(loss):
+                return int(record["step"])
+        return None
+
+
+def read_printed(paths: Iterable[Path]) -> PrintedRun:
+    lines: list[str] = []
+    for path in paths:
+        if path.is_file():
+            lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    records: list[dict[str, Any]] = []
+    for record in (parse_step_line(line) for line in lines):
+        if record is None:
+            continue
+        if records and records[-1]["step"] == record["step"]:
+            # "step 8 | val_bpb ..." after "step 8 | loss ...": one step, one record.
+            records[-1].update({k: v for k, v in record.items() if k not in records[-1]})
+        else:
+            records.append(record)
+    return PrintedRun(records=records, params=parse_params(lines))
+
+
+# ---------------------------------------------------------------------------- per-rank logs
+
+
+@dataclass(frozen=True)
+class RankLog:
+    rank: int
+    stdout: Path
+    stderr: Path
+
+
+def collect_rank_logs(torchrun_dir: Path, dest: Path) -> dict[int, RankLog]:
+    """Move torchrun's ``<run id>/attempt_<n>/<local rank>/{stdout,stderr}.log`` to
+    ``dest/rank<r>.{stdout,stderr}.log`` (flat names a person finds), last attempt winning."""
+    logs: dict[int, RankLog] = {}
+    dest.mkdir(parents=True, exist_ok=True)
+    for rank_dir in sorted(torchrun_dir.glob("*/attempt_*/*"), key=lambda p: (p.parent.name, p.name)):
+        if not rank_dir.name.isdigit():
+            continue
+        rank = int(rank_dir.name)
+        moved = []
+        for stream in ("stdout", "stderr"):
+            target = dest / f"rank{rank}.{stream}.log"
+            source = rank_dir / f"{stream}.log"
+            if source.is_file():
+                shutil.move(str(source), target)
+            else:
+                target.touch()
+            moved.append(target)
+        logs[rank] = RankLog(rank, moved[0], moved[1])
+    shutil.rmtree(torchrun_dir, ignore_errors=True)
+    return logs
+
+
+_ROOT_CAUSE_RANK = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)", re.DOTALL)
+
+
+def failing_rank(console: str, logs: dict[int, RankLog]) -> int | None:
+    """The rank that failed first: torchrun's "Root Cause" when it printed one, else the
+    lowest rank whose stderr holds a traceback."""
+    match = _ROOT_CAUSE_RANK.search(console)
+    if match:
+        return int(match.group(1))
+    for rank in sorted(logs):
+        if "Traceback (most recent call last)" in logs[rank].stderr.read_text(errors="replace"):
+            return rank
+    return None
+
+
+def tail(path: Path, lines: int = 12) -> list[str]:
+    """The last non-empty lines of a log file."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def last_error_line(lines: list[str]) -> str:
+    """The line that names the exception (``ValueError: ...``), else the last line."""
+    bare = [strip_prefix(line).strip() for line in lines]
+    for line in reversed(bare):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line):
+            return line
+    return bare[-1] if bare else ""

@@ -1,0 +1,85 @@
+"""The process tree of a launch, and ending all of it.
+
+Why not just ``killpg``: torchrun starts every worker with ``start_new_session=True``, so
+the workers are *not* in torchrun's process group. Killing torchrun's group with SIGKILL
+leaves the workers running, orphaned. So the launcher remembers every descendant it has
+seen (walking ``/proc`` by parent pid while torchrun is alive, each with its start time so
+that a recycled pid is never mistaken for one of ours) and, at the end, kills the process
+group of each one that is still alive, then the process itself.
+
+Linux only (``/proc``); elsewhere only the launched process's own group is reached.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process as identified by (pid, start time in clock ticks since boot)."""
+
+    pid: int
+    start: int
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time) of ``pid`` from /proc/PID/stat, or None when it is gone."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def identify(pid: int) -> Proc | None:
+    stat = _stat(pid)
+    return Proc(pid, stat[2]) if stat else None
+
+
+def descendants(root: int) -> set[Proc]:
+    """Every live descendant of ``root`` (not ``root`` itself), from one scan of /proc."""
+    children: dict[int, list[Proc]] = {}
+    try:
+        entries = [int(name) for name in os.listdir(PROC) if name.isdigit()]
+    except OSError:
+        return set()
+    for pid in entries:
+        stat = _stat(pid)
+        if stat is not None and stat[0] != "Z":
+            children.setdefault(stat[1], []).append(Proc(pid, stat[2]))
+    found: set[Proc] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child.pid)
+    return found
+
+
+def is_alive(proc: Proc) -> bool:
+    """True while ``proc`` (the same pid *and* start time) exists and is not a zombie."""
+    stat = _stat(proc.pid)
+    return stat is not None and stat[0] != "Z" and stat[2] == proc.start
+
+
+def kill(procs: set[Proc], sig: int = signal.SIGKILL) -> None:
+    """Signal each live process in ``procs`` and its process group."""
+    for proc in sorted(procs, key=lambda p: p.pid):
+        if not is_alive(proc):
+            continue
+        try:
+            pgid = os.getpgid(proc.pid)
+            if pgid != os.getpgrp():  # never our own group (the trnf process itself)
+                os.killpg(pgid, sig)
+            os.kill(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,263 @@
+"""`trnf train --train-py`: run a team's own train.py as the organisers would, and account for it.
+
+Where things happen (decided so that a kit run behaves exactly like the organisers' run):
+
+- The working directory is **train.py's own directory**: relative paths in the script
+  (``out/final.pt``, its kernel files) mean what they mean on the organisers' machine, so
+  the checkpoint lands where the script writes it (summary.json records where, and its
+  SHA256). Python puts that directory first on ``sys.path``, so a prepare.py there must be
+  the trusted one (checked before launch).
+- Everything trnf writes goes to the **run directory** (``--out``, default
+  ``runs/kit-<UTC time>``)::
+
+      launch.txt                 the organisers' launch line (what a submission declares)
+      launch.json                the argv executed, its cwd and the environment trnf set
+      train.py                   the script as launched (its SHA256 is in summary.json)
+      contract/prepare.py        the trusted prepare.py, first on PYTHONPATH
+      logs/console.log           torchrun's console (every rank, prefixed [defaultR]:)
+      logs/rank<R>.stdout.log    each rank's own stdout / stderr
+      logs/rank<R>.stderr.log
+      step_boundaries.jsonl      TRNF_STEP_LOG: what record_step_boundary wrote
+      metrics.jsonl              the step lines rank 0 printed, + charged_seconds
+      summary.json               recipe-run keys + kit keys (see build below)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from trnfrontier.contract import load_contract
+from trnfrontier.errors import UsageError
+from trnfrontier.kit import launch, logs, preflight, summary
+from trnfrontier.runtime.checkpoint import atomic_write_json
+from trnfrontier.runtime.contract import sha256_file
+from trnfrontier.runtime.trainer import EXIT_DIVERGED, METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE, versions
+
+ORGANISER_NPROC = (1, 4, 8)
+# Where a kit script's checkpoint is looked for, relative to its directory: the kit's
+# out/final.pt first, else the newest *.pt written during the run this deep.
+KIT_CHECKPOINT = Path("out") / "final.pt"
+_CHECKPOINT_SEARCH_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class KitOptions:
+    train_py: Path
+    nproc: int = 1
+    lnc: int = 2
+    out: Path | None = None
+    timeout: float | None = None
+    args: tuple[str, ...] = ()
+
+
+@dataclass
+class KitRun:
+    run_dir: Path
+    summary: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+    exit_code: int = 0
+    failure_log: Path | None = None  # the failing rank's log
+    failure_tail: list[str] = field(default_factory=list)  # its last lines
+    notes: list[str] = field(default_factory=list)
+
+
+def validate_shape(nproc: int, lnc: int) -> list[str]:
+    """Usage errors for impossible shapes; notes for shapes the organisers do not accept."""
+    if nproc < 1:
+        raise UsageError(f"--nproc {nproc}: needs at least one process")
+    if lnc not in (1, 2):
+        raise UsageError(f"--lnc {lnc}: NEURON_LOGICAL_NC_CONFIG is 1 or 2")
+    if nproc not in ORGANISER_NPROC:
+        return [f"--nproc {nproc} is not a valid submission launch (nproc_per_node is 1, 4 or 8); fine for a local run"]
+    return []
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / time.strftime("kit-%Y%m%d-%H%M%S", time.gmtime())
+
+
+def _prepare_run_dir(out: Path | None) -> Path:
+    run_dir = (out or default_run_dir()).expanduser().resolve()
+    if (run_dir / SUMMARY_FILE).exists() or (run_dir / STEP_LOG_FILE).exists():
+        raise UsageError(f"--out {run_dir} already holds a run; choose another directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def find_checkpoint(root: Path, since: float, exclude: Path) -> Path | None:
+    """The checkpoint the script wrote under ``root`` during this run (mtime >= ``since``)."""
+    kit = root / KIT_CHECKPOINT
+    if kit.is_file() and kit.stat().st_mtime >= since:
+        return kit
+    found: list[Path] = []
+    for depth in range(1, _CHECKPOINT_SEARCH_DEPTH + 1):
+        for path in root.glob("/".join(["*"] * depth) + ".pt"):
+            hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
+            if not hidden and exclude not in path.parents and path.is_file() and path.stat().st_mtime >= since:
+                found.append(path)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _checkpoint_facts(path: Path | None) -> dict[str, Any]:
+    """params and non-finite tensors from a kit-layout final.pt (read with weights_only=True)."""
+    if path is None:
+        return {}
+    from trnfrontier.verify.checkpoint import CheckpointError, scan_final_pt
+
+    try:
+        scanned = scan_final_pt(path)
+    except (CheckpointError, OSError) as exc:
+        return {"checkpoint_note": str(exc)}
+    return {"params": scanned.params, "non_finite": scanned.non_finite}
+
+
+def _tokenizer_sha256(prepare: Any) -> str | None:
+    try:
+        return str(prepare.tokenizer_sha256())
+    except Exception:  # noqa: BLE001 - no prepared data here: the field is just unknown
+        return None
+
+
+def _environment_record(plan: launch.LaunchPlan) -> dict[str, str]:
+    keys = ("NEURON_LOGICAL_NC_CONFIG", "TRNF_STEP_LOG", "PYTHONPATH", "PYTHONUNBUFFERED", "TRNF_HOME", "TRNF_DATASET", "TRNF_PREPARE")
+    return {k: plan.env[k] for k in keys if k in plan.env}
+
+
+def _failure(run: KitRun, outcome: launch.LaunchOutcome, rank_logs: dict[int, logs.RankLog]) -> tuple[int | None, str]:
+    """(failing rank, its error line), filling the run's failure log and tail."""
+    rank = logs.failing_rank(outcome.console, rank_logs)
+    if rank is None or rank not in rank_logs:
+        run.failure_tail = [line for line in outcome.console.splitlines() if line.strip()][-12:]
+        run.failure_log = run.run_dir / "logs" / "console.log"
+        return rank, logs.last_error_line(run.failure_tail)
+    run.failure_log = rank_logs[rank].stderr
+    run.failure_tail = logs.tail(rank_logs[rank].stderr) or logs.tail(rank_logs[rank].stdout)
+    return rank, logs.last_error_line(run.failure_tail)
+
+
+def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = None) -> KitRun:
+    """Launch, wait (at most ``options.timeout``), then write metrics.jsonl and summary.json.
+
+    Bad input raises TrnfError before anything is launched. A run that fails (crash, NaN,
+    over budget, no step log, no checkpoint, timeout) returns with ``problems`` and a
+    non-zero ``exit_code``; Ctrl-C stops every process, writes the summary and re-raises.
+    """
+    script = options.train_py.expanduser().resolve()
+    tree = preflight.check_train_py(options.train_py.expanduser())
+    notes = validate_shape(options.nproc, options.lnc)
+    if not preflight.calls_record_step_boundary(tree):
+        notes.append("train.py never mentions record_step_boundary: the budget cannot be accounted")
+    contract = load_contract()
+    preflight.check_prepare_beside(script, contract.path, contract.sha256)
+    run_dir = _prepare_run_dir(options.out)
+    shutil.copyfile(script, run_dir / "train.py")
+    (run_dir / "contract").mkdir(exist_ok=True)
+    shutil.copyfile(contract.path, run_dir / "contract" / "prepare.py")
+
+    env = dict(os.environ)
+    env["TRNF_STEP_LOG"] = str(run_dir / STEP_LOG_FILE)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(run_dir / "contract"), env.get("PYTHONPATH", "")) if p)
+    plan = launch.torchrun_plan(
+        python=sys.executable, script=script, nproc=options.nproc, lnc=options.lnc, args=options.args,
+        cwd=script.parent, env=env, log_dir=run_dir / "logs" / "torchrun",
+    )
+    (run_dir / "launch.txt").write_text(plan.organisers + "\n", encoding="utf-8")
+    atomic_write_json(run_dir / "launch.json", {
+        "organisers": plan.organisers, "argv": plan.argv, "cwd": str(plan.cwd),
+        "env": _environment_record(plan), "timeout_seconds": options.timeout,
+    })
+
+    began = time.time()
+    outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
+    rank_logs = logs.collect_rank_logs(plan.log_dir, run_dir / "logs")
+    run = KitRun(run_dir=run_dir, summary={}, notes=notes)
+
+    rank0 = rank_logs.get(0)
+    printed = logs.read_printed([rank0.stdout, rank0.stderr] if rank0 else [])
+    step_log = run_dir / STEP_LOG_FILE
+    accounting, how = summary.budget(step_log, contract.module)
+    charged = summary.charged_by_step(step_log, accounting) if accounting else {}
+    summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
+    checkpoint = find_checkpoint(script.parent, began - 1.0, run_dir)
+    facts = _checkpoint_facts(checkpoint)
+    fields = summary.printed_fields(printed)
+    if facts.get("params") is not None:
+        fields["params"] = facts["params"]
+
+    status, failed_rank = "completed", None
+    nan_step = printed.non_finite_loss_step()
+    if outcome.interrupted:
+        status = "interrupted"
+        run.problems.append("interrupted (Ctrl-C): every process of the run was stopped")
+    elif outcome.timed_out:
+        status = "timed_out"
+        run.problems.append(f"train.py still running at --timeout {options.timeout:g} s; the whole process tree was killed")
+        run.failure_log = run_dir / "logs" / "console.log"
+        run.failure_tail = [line for line in outcome.console.splitlines() if line.strip()][-12:]
+    elif outcome.exit_code != 0:
+        status = "crashed"
+        failed_rank, line = _failure(run, outcome, rank_logs)
+        where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
+        run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
+    if nan_step is not None or facts.get("non_finite"):
+        status = "diverged" if status == "completed" else status
+        what = f"loss is NaN/inf at step {nan_step}" if nan_step is not None else f"NaN/inf weights in {', '.join(facts['non_finite'][:3])}"
+        run.problems.append(f"diverged: {what}")
+    if accounting is None and status in ("completed", "diverged"):
+        run.problems.append(how)
+    if accounting and accounting["over_budget"]:
+        run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', 1800)):g} s")
+    if checkpoint is None and status == "completed":
+        run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for {KIT_CHECKPOINT} and *.pt under {script.parent})")
+
+    document: dict[str, Any] = {
+        "name": run_dir.name,
+        "mode": "kit",
+        "status": status,
+        "problems": run.problems,
+        "val_bpb": None,  # the trusted score comes from `trnf eval --train-py ... --checkpoint ...`
+        **fields,
+        "steps": int(accounting["steps"]) if accounting else (printed.last("step") or 0),
+        "charged_seconds": accounting["charged_seconds"] if accounting else None,
+        "startup_seconds": accounting["startup_seconds"] if accounting else None,
+        "headroom_seconds": accounting["headroom_seconds"] if accounting else None,
+        "over_budget": bool(accounting["over_budget"]) if accounting else None,
+        "budget_seconds": float(accounting.get("budget_seconds", getattr(contract.module, "TRAIN_TIME_BUDGET_SECONDS", 1800))) if accounting else None,
+        "accounting": how if accounting else None,
+        "device": None,  # the script chooses its device; trnf does not see it
+        "world_size": options.nproc,
+        "lnc": options.lnc,
+        "versions": versions(),
+        "prepare_sha256": contract.sha256,
+        "tokenizer_sha256": _tokenizer_sha256(contract.module),
+        "final_checkpoint": str(checkpoint) if checkpoint else None,
+        "checkpoint_sha256": sha256_file(checkpoint) if checkpoint else None,
+        "train_py": str(script),
+        "train_py_sha256": sha256_file(script),
+        "launch": plan.organisers,
+        "exit_code": outcome.exit_code,
+        "failed_rank": failed_rank,
+        "wall_seconds": outcome.seconds,
+        "diverged_step": nan_step,
+    }
+    if facts.get("checkpoint_note"):
+        document["checkpoint_note"] = facts["checkpoint_note"]
+    unknown = [k for k in ("loss", "lr", "tokens_per_second") if printed.last(k) is None]
+    document["missing_fields"] = sorted(
+        {k for k in summary.PRINTED_FIELDS if document.get(k) is None} | {f"metrics.{k}" for k in unknown}
+        | {k for k in ("charged_seconds", "final_checkpoint", "device") if document.get(k) is None}
+    )
+    atomic_write_json(run_dir / SUMMARY_FILE, document)
+    run.summary = document
+    if run.problems:
+        run.exit_code = EXIT_DIVERGED if status == "diverged" else (130 if status == "interrupted" else 1)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    return run
+

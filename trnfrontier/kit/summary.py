@@ -1,0 +1,72 @@
+"""summary.json and metrics.jsonl for a kit-mode run, under the names recipe runs use.
+
+The budget numbers come from the step-boundary log through the organisers' own
+``prepare.budget_accounting`` (``trnfrontier.verify.budget.account``). Per-step
+``charged_seconds`` in metrics.jsonl apply the same rule at each boundary: until the
+startup boundary everything elapsed is startup (excluded up to the cap), after it the
+excluded part is fixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from trnfrontier.kit.logs import PrintedRun
+from trnfrontier.runtime.metrics import MetricsWriter
+from trnfrontier.verify.budget import STARTUP_CAP_SECONDS, BudgetLogError, account, read_boundaries
+
+# Summary fields a recipe run has that a kit run can only learn from what the script prints.
+PRINTED_FIELDS = ("final_loss", "tokens_per_second", "mfu", "tokens", "params", "reported_val_bpb")
+
+
+def budget(step_log: Path, prepare: ModuleType | None) -> tuple[dict[str, Any] | None, str]:
+    """(accounting, how) of the step log, or (None, why not)."""
+    if not step_log.is_file():
+        return None, "no step log: train.py never called prepare.record_step_boundary()"
+    try:
+        return account(step_log, prepare)
+    except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"step log unusable: {exc}"
+
+
+def charged_by_step(step_log: Path, accounting: dict[str, Any]) -> dict[int, float]:
+    """Charged seconds at each recorded boundary, by the organisers' rule."""
+    start, boundaries = read_boundaries(step_log)
+    startup = float(accounting["startup_seconds"])
+    # excluded_seconds = min(startup, cap); a prepare.py without it is read with the kit's cap.
+    cap = float(accounting.get("excluded_seconds", min(startup, STARTUP_CAP_SECONDS)))
+    startup_end = start + startup
+    charged: dict[int, float] = {}
+    for step, t in boundaries:
+        elapsed = t - start
+        excluded = min(elapsed, cap) if t < startup_end else cap
+        charged[step] = elapsed - excluded
+    return charged
+
+
+def write_metrics(path: Path, printed: PrintedRun, charged: dict[int, float]) -> int:
+    """One record per printed step line (+ charged_seconds where the step log has that step)."""
+    writer = MetricsWriter(path)
+    try:
+        for record in printed.records:
+            row = dict(record)
+            if int(record["step"]) in charged:
+                row["charged_seconds"] = charged[int(record["step"])]
+            writer.write(row)
+    finally:
+        writer.close()
+    return len(printed.records)
+
+
+def printed_fields(printed: PrintedRun) -> dict[str, Any]:
+    """The summary fields read from the script's own output (None where it printed none)."""
+    return {
+        "final_loss": printed.last("loss"),
+        "tokens_per_second": printed.last("tokens_per_second"),
+        "mfu": printed.last("mfu"),
+        "tokens": printed.last("tokens"),
+        "params": printed.params,
+        "reported_val_bpb": printed.last("val_bpb"),
+    }
