@@ -11,7 +11,7 @@ from verify_kit import GOOD_TIMES, build_archive, good_meta, pins_file, step_log
 
 from trnfrontier import submission as fmt
 from trnfrontier.runtime.contract import sha256_file
-from trnfrontier.verify import verify_archive
+from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.budget import documented_accounting
 from trnfrontier.verify.launch import LaunchError, parse_launch
 from trnfrontier.verify.pins import load_pins
@@ -206,3 +206,33 @@ def test_probe_runs_without_the_tool() -> None:
     imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) and node.module}
     assert imported <= set(sys.stdlib_module_names) | {"torch", "__future__"}
+
+
+# -- subprocess limits ------------------------------------------------------------------------
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    from trnfrontier.verify.contract import run_in_group
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    code, _ = run_in_group([sys.executable, "-c", script], cwd=tmp_path, env=None, timeout=3)
+    assert code is None
+    grandchild = int(pid_file.read_text())
+    stat = Path(f"/proc/{grandchild}/stat")
+    # Gone, or a zombie waiting for its reaper: either way no longer running.
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_hanging_load_for_eval_fails_the_contract_on_time(tmp_path: Path) -> None:
+    from verify_kit import TRAIN_PY
+
+    hanging = TRAIN_PY.replace("def load_for_eval(checkpoint_path, device):\n",
+                               "def load_for_eval(checkpoint_path, device):\n    import time\n    time.sleep(600)\n")
+    report = verify_archive(build_archive(tmp_path, train_py=hanging), Options(pins_file=pins_file(tmp_path), timeout=4))
+    check = report.get("contract")
+    assert check.verdict == "fail" and "timed out" in check.reason
