@@ -1,0 +1,148 @@
+"""trnf package on a real tiny run: contents, determinism, refusals and --force, clean-environment load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.packaging.conftest import edit_summary
+from trnfrontier import submission as fmt
+from trnfrontier.errors import TrnfError
+from trnfrontier.packaging.build import package_run
+from trnfrontier.packaging.writeup import FACTS_MARKER
+from trnfrontier.verify import Options, verify_archive
+from trnfrontier.verify.dryrun import build_clean_env
+
+REPO = Path(__file__).resolve().parents[2]
+# The shipped runtime trips verify's static screen today (contract.py registers a
+# by-path prepare in sys.modules; trainer.py writes "public_val" into its summary), so
+# packaging needs --force until those lines change; the forced reasons say exactly that.
+SCREEN_KNOWN = ("trnfrontier/runtime/contract.py", "trnfrontier/runtime/trainer.py", "train.py")
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+
+
+def _only_screen(forced: list[str]) -> bool:
+    return all(reason.startswith("static screen: ") and reason.split(": ")[1].startswith(SCREEN_KNOWN) for reason in forced)
+
+
+def test_archive_contents_and_manifest(tiny_run: Path, tmp_path: Path) -> None:
+    result = package_run(tiny_run, tmp_path / "s.tar", force=True)
+    members = _members(result.archive)
+    for name in fmt.REQUIRED_MEMBERS + (fmt.LOSS_CURVE, "trnfrontier/runtime/trainer.py", "trnfrontier/__init__.py"):
+        assert name in members, name
+    manifest = json.loads(members[fmt.MANIFEST])
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    assert manifest["claimed"]["val_bpb"] == summary["val_bpb"] and manifest["claimed"]["eval_tokens"] == 2048
+    assert manifest["params"] == summary["params"] and manifest["seed"] == 1337
+    assert manifest["prepare_sha256"] == summary["prepare_sha256"] and manifest["tokenizer_sha256"] == summary["tokenizer_sha256"]
+    assert set(manifest["versions"]) == {"python", "torch", "torch_neuronx", "trnf"} and set(manifest["git"]) == {"commit", "dirty"}
+    assert members[fmt.LAUNCH_TXT].decode().strip() == manifest["launch"] == "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
+    assert members[fmt.CHECKPOINT_FINAL_PT] == (tiny_run / "final" / "final.pt").read_bytes()
+    assert members[fmt.LOSS_CURVE].startswith(b"\x89PNG\r\n\x1a\n")
+    writeup = members[fmt.WRITEUP].decode()
+    assert "model.depth" in writeup and f"{summary['val_bpb']:.6f}" in writeup and "| steps | 4 |" in writeup
+    train_py = members[fmt.TRAIN_PY].decode()
+    assert "def load_for_eval(checkpoint_path" in train_py and "'max_steps': 4" in train_py and "TRNF_DRY_RUN_STEPS" in train_py
+    assert _only_screen(manifest["forced"]) and "Packaged with --force" in writeup
+
+
+def test_same_run_packaged_twice_is_byte_identical(tiny_run: Path, tmp_path: Path) -> None:
+    first = package_run(tiny_run, tmp_path / "a.tar", force=True).archive.read_bytes()
+    second = package_run(tiny_run, tmp_path / "b.tar", force=True).archive.read_bytes()
+    assert first == second
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_verify_passes_every_check_but_the_known_runtime_screen(tiny_run: Path, tmp_path: Path) -> None:
+    archive = package_run(tiny_run, tmp_path / "s.tar", force=True).archive
+    report = verify_archive(archive, Options())
+    verdicts = {check.name: check.verdict for check in report.checks}
+    assert {k: v for k, v in verdicts.items() if k not in ("screen", "contract")} == {
+        "extract": "pass", "manifest": "pass", "pin:prepare": "pass", "pin:tokenizer": "pass", "launch": "pass",
+        "upload-size": "pass", "checkpoint": "pass", "budget": "pass",
+    }
+    screen = report.get("screen")
+    assert screen.verdict == "pass" or screen.reason.startswith(SCREEN_KNOWN)
+
+
+@pytest.mark.xfail(strict=True, reason="runtime contract.py:50 and trainer.py 'public_val' fail verify's static screen")
+def test_verify_passes_without_force(tiny_run: Path, tmp_path: Path) -> None:
+    archive = package_run(tiny_run, tmp_path / "s.tar").archive
+    assert verify_archive(archive, Options()).ok
+
+
+@pytest.mark.slow
+def test_packaged_train_py_loads_its_checkpoint_without_trnf(tiny_run: Path, tmp_path: Path) -> None:
+    archive = package_run(tiny_run, tmp_path / "s.tar", force=True).archive
+    root = tmp_path / "x"
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    python = build_clean_env(tmp_path / "env", REPO / "prepare.py")
+    probe = (
+        "import importlib.util, sys, torch\n"
+        "for name in ('pydantic', 'typer', 'rich', 'yaml'):\n"
+        "    assert importlib.util.find_spec(name) is None, name\n"
+        "import train, trnfrontier\n"
+        f"assert trnfrontier.__file__.startswith({str(root)!r}), trnfrontier.__file__\n"
+        "m = train.load_for_eval('checkpoint/final.pt', torch.device('cpu'))\n"
+        "y = m(torch.zeros(1, 8, dtype=torch.long))\n"
+        "assert not m.training and y.shape[:2] == (1, 8) and bool(torch.isfinite(y).all())\n"
+        "print('ok', sum(p.numel() for p in m.parameters()))\n"
+    )
+    done = subprocess.run([str(python), "-I", "-c", f"import sys; sys.path.insert(0, {str(root)!r})\n" + probe],
+                          cwd=root, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ok", str(json.loads((tiny_run / "summary.json").read_text())["params"])]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"over_budget": True, "charged_seconds": 1900.0}, "over budget"),
+        ({"status": "diverged", "diverged_step": 3}, "status is 'diverged' at step 3"),
+        ({"prepare_sha256": "0" * 64}, "prepare.py SHA256 0000000000000000... is not the pinned"),
+    ],
+)
+def test_refusals_and_force(run_copy: Path, tmp_path: Path, changes: dict, message: str) -> None:
+    edit_summary(run_copy, **changes)
+    out = tmp_path / "s.tar"
+    with pytest.raises(TrnfError, match="refusing to package") as refused:
+        package_run(run_copy, out)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+    result = package_run(run_copy, out, force=True)
+    forced = result.manifest["forced"]
+    assert any(message in reason for reason in forced)
+    assert message in _members(out)[fmt.WRITEUP].decode()
+
+
+def test_no_final_checkpoint_is_refused_even_with_force(run_copy: Path, tmp_path: Path) -> None:
+    (run_copy / "final" / "final.pt").unlink()
+    with pytest.raises(TrnfError, match="no final checkpoint"):
+        package_run(run_copy, tmp_path / "s.tar", force=True)
+
+
+def test_writeup_merges_team_text(tiny_run: Path, tmp_path: Path) -> None:
+    text = tmp_path / "mine.md"
+    text.write_text(f"# Team Q\n\nWe used a smaller model.\n\n{FACTS_MARKER}\n\n## Thanks\n")
+    writeup = _members(package_run(tiny_run, tmp_path / "s.tar", writeup=text, force=True).archive)[fmt.WRITEUP].decode()
+    assert writeup.startswith("# Team Q\n\nWe used a smaller model.") and writeup.rstrip().endswith("## Thanks")
+    assert writeup.index("Run facts") < writeup.index("## Thanks") and FACTS_MARKER not in writeup
+
+
+def test_single_file_is_one_code_file_under_the_limit(tiny_run: Path, tmp_path: Path) -> None:
+    result = package_run(tiny_run, tmp_path / "s.tar", single_file=True, force=True)
+    members = _members(result.archive)
+    assert [n for n in members if n.endswith(".py")] == ["train.py"]
+    source = members["train.py"]
+    assert len(source) <= fmt.PORTAL_FILE_LIMIT_BYTES and b"import trnfrontier" not in source and b"from trnfrontier" not in source
+    report = verify_archive(result.archive, Options())
+    assert report.get("upload-size").verdict == "pass" and report.get("checkpoint").verdict == "pass"

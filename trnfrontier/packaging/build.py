@@ -1,0 +1,274 @@
+"""Assemble a submission archive (format ``trnf-submission/1``, trnfrontier/submission.py).
+
+``package_run`` packages a `trnf train` run directory; ``kit.package_kit`` a team's own
+train.py. Both end in ``write_archive``: screen the code the archive ships with verify's
+own static screen, check the portal's size limit, then ``build_manifest`` +
+``write_deterministic_tar`` (sorted members, fixed mtimes/owners, temp file + rename),
+so the same inputs give the same bytes and a failure never leaves a half-written archive.
+
+Refusals (over budget, diverged/NaN, no measured val_bpb, prepare.py/tokenizer not the
+pinned ones, a static-screen finding) are collected as reasons; ``--force`` turns them
+into the manifest's ``forced`` list and a section of the write-up instead of an error.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trnfrontier import __version__
+from trnfrontier import submission as fmt
+from trnfrontier.contract import project_root_file
+from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.packaging.run import RunDir, checkpoint_params, read_run, refusal_reasons
+from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
+from trnfrontier.packaging.writeup import loss_curve_png, read_loss_points, recipe_differences, render_writeup
+from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.verify.launch import LaunchError, parse_launch
+from trnfrontier.verify.pins import load_pins
+from trnfrontier.verify.screen import local_modules, screen_source
+
+VALID_NPROC = (1, 4, 8)
+BASELINE_RECIPE = "baseline_d10"
+
+
+@dataclass(frozen=True)
+class PackageResult:
+    archive: Path
+    manifest: dict[str, Any]
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "archive": str(self.archive),
+            "bytes": self.size,
+            "members": sorted(self.manifest["files"]),
+            "claimed": self.manifest.get("claimed"),
+            "params": self.manifest.get("params"),
+            "launch": self.manifest.get("launch"),
+            "forced": self.manifest.get("forced", []),
+        }
+
+
+# ---------------------------------------------------------------------------- shared pieces
+
+
+def launch_for(runtime: dict[str, Any]) -> str:
+    """The organisers' launch line for a recipe's runtime section (nproc must be 1, 4 or 8)."""
+    nproc, lnc = int(runtime.get("nproc", 1)), int(runtime.get("lnc", 2))
+    if nproc not in VALID_NPROC:
+        raise TrnfError(f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node 1, 4 or 8; retrain with one of those")
+    return f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} train.py"
+
+
+def check_launch(line: str) -> str:
+    """A launch line the organisers accept, stripped; a bad one is a usage error."""
+    try:
+        parse_launch(line)
+    except LaunchError as exc:
+        raise UsageError(f"--launch {line!r}: {exc}") from None
+    return line.strip()
+
+
+def git_state() -> dict[str, Any]:
+    """Commit and dirty flag of the trnf checkout that packages (None where it is not a git tree)."""
+    root = project_root_file(".git")
+    if root is None:
+        return {"commit": None, "dirty": None}
+    cwd = root.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(status.strip())}
+
+
+def versions(recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """python/torch as the run recorded them, torch-neuronx as installed here, this trnf."""
+    recorded = recorded or {}
+    try:
+        neuronx: str | None = importlib.metadata.version("torch-neuronx")
+    except importlib.metadata.PackageNotFoundError:
+        neuronx = None
+    return {"python": recorded.get("python"), "torch": recorded.get("torch"), "torch_neuronx": neuronx, "trnf": __version__}
+
+
+def kernel_members(names: list[str]) -> dict[str, Path | bytes]:
+    """kernels/<name>.py from the project's kernels/ directory for each kernel named."""
+    directory = project_root_file("kernels")
+    members: dict[str, Path | bytes] = {}
+    for name in names:
+        path = directory / f"{name}.py" if directory else None
+        if path is None or not path.is_file():
+            raise TrnfError(f"the recipe uses kernel {name!r} but kernels/{name}.py is not in this trnf installation")
+        members[f"kernels/{name}.py"] = path
+    return members
+
+
+def screen_reasons(members: dict[str, Path | bytes]) -> list[str]:
+    """verify's static screen over every .py the archive would ship (one reason per finding)."""
+    names = sorted(members)
+    local = local_modules(names)
+    reasons = []
+    for name in names:
+        if not name.endswith(".py"):
+            continue
+        source = members[name]
+        text = source.decode("utf-8") if isinstance(source, bytes) else Path(source).read_text(encoding="utf-8")
+        result = screen_source(text, name, local)
+        reasons += [f"static screen: {finding}" for finding in result.findings]
+        if name == fmt.TRAIN_PY and not result.defines_load_for_eval:
+            reasons.append("static screen: train.py does not define load_for_eval(checkpoint_path, device)")
+    return reasons
+
+
+def size_problems(members: dict[str, Path | bytes]) -> list[str]:
+    """Uploaded code files over the portal's per-file limit."""
+    over = []
+    for name in fmt.code_members(list(members)):
+        source = members[name]
+        size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+        if size > fmt.PORTAL_FILE_LIMIT_BYTES:
+            over.append(f"{name} is {size:,} bytes, over the portal's {fmt.PORTAL_FILE_LIMIT_BYTES:,}-byte limit")
+    return over
+
+
+def refuse_or_force(reasons: list[str], force: bool, what: str) -> list[str]:
+    """The reasons to record as forced, or a one-line refusal when not forcing."""
+    if reasons and not force:
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        raise TrnfError(f"refusing to package {what}: {reasons[0]}{more}; fix it, or pass --force to package anyway (recorded in the manifest)")
+    return list(reasons)
+
+
+def write_archive(members: dict[str, Path | bytes], meta: dict[str, Any], out: Path) -> PackageResult:
+    """Write ``members`` + manifest.json to ``out`` deterministically and atomically."""
+    out = Path(out)
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a directory; give the archive's file name (e.g. submission.tar)")
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {out}: directory {out.parent} does not exist")
+    with tempfile.TemporaryDirectory(prefix="trnf-package-") as tmp:
+        files: dict[str, Path] = {}
+        for name, source in sorted(members.items()):
+            if isinstance(source, bytes):
+                staged = Path(tmp) / name.replace("/", "__")
+                staged.write_bytes(source)
+                files[name] = staged
+            else:
+                files[name] = Path(source)
+        manifest = fmt.build_manifest(files, **meta)
+        tar_members: dict[str, Path | bytes] = dict(files)
+        tar_members[fmt.MANIFEST] = fmt.manifest_bytes(manifest)
+        fmt.write_deterministic_tar(tar_members, out)
+    return PackageResult(out, manifest, out.stat().st_size)
+
+
+def read_team_text(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--writeup {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--writeup {path}: not UTF-8 text") from None
+
+
+def baseline_recipe() -> dict[str, Any] | None:
+    """recipes/baseline_d10.yaml resolved (None when this installation lacks it)."""
+    from trnfrontier.recipes.loading import load_recipe
+    from trnfrontier.recipes.registry import shipped_recipes
+
+    path = shipped_recipes().get(BASELINE_RECIPE)
+    return load_recipe(path).model_dump(mode="json") if path else None
+
+
+def add_writeup(members: dict[str, Path | bytes], facts: dict[str, Any], recipe: dict[str, Any] | None,
+                metrics: Path | None, forced: list[str], team_text: str | None) -> None:
+    """WRITEUP.md and, when there is a logged loss, loss_curve.png."""
+    points = read_loss_points(metrics) if metrics else []
+    if points:
+        members[fmt.LOSS_CURVE] = loss_curve_png(points)
+    baseline = baseline_recipe() if recipe is not None else None
+    differences = recipe_differences(recipe, baseline) if recipe is not None and baseline is not None else None
+    members[fmt.WRITEUP] = render_writeup(
+        facts, differences, forced=forced, team_text=team_text, loss_curve=fmt.LOSS_CURVE if points else None
+    ).encode("utf-8")
+
+
+def summary_facts(summary: dict[str, Any], *, name: str, source: str, launch: str, kernels: list[str]) -> dict[str, Any]:
+    keys = ("params", "tokens", "steps", "charged_seconds", "startup_seconds", "budget_seconds", "val_bpb",
+            "eval_tokens", "tokens_per_second", "mfu", "device", "world_size")
+    facts = {key: summary.get(key) for key in keys}
+    facts.update(name=name, source=source, launch=launch, kernels=kernels,
+                 val_bpb_official=summary.get("val_bpb_official"))
+    return facts
+
+
+def claim(summary: dict[str, Any], measured_by: str) -> dict[str, Any] | None:
+    """The manifest's ``claimed`` block from a summary's trusted evaluation (None when unmeasured)."""
+    if summary.get("val_bpb") is None:
+        return None
+    return {
+        "val_bpb": float(summary["val_bpb"]),
+        "eval_tokens": int(summary.get("eval_tokens") or 0),
+        "eval_seq_len": int(summary.get("eval_seq_len") or 0),
+        "split": summary.get("eval_split") or "public_val",
+        "measured_by": measured_by,
+    }
+
+
+# ---------------------------------------------------------------------------- a run directory
+
+
+def package_run(run_dir: Path, out: Path, *, writeup: Path | None = None, single_file: bool = False,
+                force: bool = False, pins_file: Path | None = None) -> PackageResult:
+    """Package a `trnf train` run directory as a submission archive at ``out``."""
+    run: RunDir = read_run(run_dir)
+    team_text = read_team_text(writeup)
+    recipe, summary = run.recipe, run.summary
+    params, non_finite = checkpoint_params(run.final_dir / ckpt.MODEL_FILE)
+    reasons = refusal_reasons(run, load_pins(pins_file), non_finite)
+    launch = launch_for(recipe["runtime"])
+
+    members: dict[str, Path | bytes] = {
+        fmt.TRAIN_PY: render_train_py(recipe, "single" if single_file else "package").encode("utf-8"),
+        fmt.LAUNCH_TXT: (launch + "\n").encode(),
+        fmt.CHECKPOINT_SAFETENSORS: run.final_dir / ckpt.MODEL_FILE,
+        fmt.CHECKPOINT_META: run.final_dir / ckpt.META_FILE,
+        fmt.CHECKPOINT_FINAL_PT: run.final_dir / ckpt.KIT_FILE,
+        fmt.SUMMARY: run.path / "summary.json",
+        fmt.STEP_LOG: run.step_log,
+        fmt.METRICS_LOG: run.metrics if run.metrics.is_file() else b"",
+    }
+    kernels = uses_kernels(recipe)
+    members.update(kernel_members(kernels))
+    if not single_file:
+        members.update(runtime_members(recipe))
+    over = size_problems(members)
+    if over:
+        hint = " (the inlined runtime is too big for one file: package without --single-file)" if single_file else ""
+        raise TrnfError(f"{over[0]}{hint}")
+    forced = refuse_or_force(reasons + screen_reasons(members), force, f"run {run.path}")
+
+    facts = summary_facts(summary, name=str(summary.get("name") or run.path.name), source=f"run directory {run.path.name}",
+                          launch=launch, kernels=kernels)
+    add_writeup(members, facts, recipe, run.metrics, forced, team_text)
+    meta = {
+        "prepare_sha256": summary.get("prepare_sha256"),
+        "tokenizer_sha256": summary.get("tokenizer_sha256"),
+        "claimed": claim(summary, "trnf train: the trusted evaluate_bpb of final/ reloaded through load_for_eval"),
+        "params": params,
+        "versions": versions(summary.get("versions")),
+        "git": git_state(),
+        "seed": int(recipe["runtime"]["seed"]),
+        "launch": launch,
+        "forced": forced,
+    }
+    return write_archive(members, meta, out)

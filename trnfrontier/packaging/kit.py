@@ -1,0 +1,224 @@
+"""Kit mode: package a team's own train.py as it is, with what it imports from its directory.
+
+The files shipped beside train.py are found by reading imports with ``ast`` (never by
+importing): every module name that resolves to a ``.py`` file (or a package's
+``__init__.py``) under train.py's directory is shipped, transitively. ``prepare`` is the
+organisers' file and is never shipped.
+
+The checkpoint is the kit's ``final.pt`` (``model_state``, ``model_config``, ``meta``);
+``model.safetensors`` and ``meta.json`` come from beside it, or are written from it.
+Logs, summary and the measured val_bpb come from a kit-mode run directory
+(``--run-dir``; by default ``run/`` beside the checkpoint, where `trnf init`'s train.py
+writes it), or the val_bpb from ``--val-bpb-from-eval`` (the trusted evaluate_bpb).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trnfrontier import submission as fmt
+from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.packaging.build import (
+    PackageResult,
+    add_writeup,
+    check_launch,
+    claim,
+    git_state,
+    read_team_text,
+    refuse_or_force,
+    screen_reasons,
+    size_problems,
+    summary_facts,
+    versions,
+    write_archive,
+)
+from trnfrontier.packaging.run import checkpoint_params, pin_problems, read_json
+from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.runtime.trainer import METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE
+from trnfrontier.verify.pins import load_pins
+
+NOT_SHIPPED = frozenset({"prepare", "train"})
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise TrnfError(f"{path}:{exc.lineno}: does not parse ({exc.msg}); fix it before packaging") from None
+
+
+def _resolve(root: Path, dotted: str) -> list[Path]:
+    """The files importing ``dotted`` runs under ``root``: parent packages' __init__.py and the module."""
+    parts = dotted.split(".")
+    if not parts[0] or parts[0] in NOT_SHIPPED:
+        return []
+    found: list[Path] = []
+    for depth in range(1, len(parts) + 1):
+        base = root.joinpath(*parts[:depth])
+        if (base / "__init__.py").is_file():
+            found.append(base / "__init__.py")
+        elif depth == len(parts) and base.with_suffix(".py").is_file():
+            found.append(base.with_suffix(".py"))
+        else:
+            break
+    return found
+
+
+def imported_files(train_py: Path) -> dict[str, Path]:
+    """Archive member name -> file for every local .py train.py imports, transitively (train.py excluded)."""
+    root = train_py.resolve().parent
+    todo, seen = [train_py.resolve()], {train_py.resolve()}
+    while todo:
+        path = todo.pop()
+        package = path.parent.relative_to(root).parts
+        candidates: list[str] = []
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, ast.Import):
+                candidates += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = list(package[: len(package) - (node.level - 1)]) if node.level - 1 <= len(package) else None
+                    if base is None:
+                        continue
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                candidates.append(module)
+                candidates += [f"{module}.{alias.name}" if module else alias.name for alias in node.names if alias.name != "*"]
+        for dotted in candidates:
+            for file in _resolve(root, dotted):
+                if file not in seen:
+                    seen.add(file)
+                    todo.append(file)
+    seen.discard(train_py.resolve())
+    return {file.relative_to(root).as_posix(): file for file in sorted(seen)}
+
+
+def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, list[str]]:
+    """checkpoint/ members from a kit final.pt (+ siblings), the parameter count, NaN/inf tensors."""
+    if not checkpoint.is_file():
+        raise UsageError(f"--checkpoint {checkpoint}: no such file (give the final.pt your train.py wrote, e.g. out/final.pt)")
+    try:
+        blob = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unloadable file gets the same one line
+        raise TrnfError(f"--checkpoint {checkpoint}: does not load with torch.load(weights_only=True) ({type(exc).__name__}: {exc})") from None
+    if not isinstance(blob, dict) or not isinstance(blob.get("model_state"), dict):
+        raise TrnfError(f"--checkpoint {checkpoint}: not the kit's final.pt layout (a dict with model_state, model_config, meta)")
+    state = {name: t for name, t in blob["model_state"].items() if isinstance(t, torch.Tensor)}
+    members: dict[str, Path | bytes] = {fmt.CHECKPOINT_FINAL_PT: checkpoint}
+    safetensors, meta = checkpoint.with_name(ckpt.MODEL_FILE), checkpoint.with_name(ckpt.META_FILE)
+    if safetensors.is_file():
+        members[fmt.CHECKPOINT_SAFETENSORS] = safetensors
+        params, non_finite = checkpoint_params(safetensors)
+    else:
+        buffer = io.BytesIO()
+        config = blob.get("model_config")
+        ckpt.write_safetensors(buffer, state, {"format": "pt", "model_config": json.dumps(config, sort_keys=True, default=str)})
+        members[fmt.CHECKPOINT_SAFETENSORS] = buffer.getvalue()
+        params = sum(t.numel() for t in state.values())
+        non_finite = [name for name, t in sorted(state.items()) if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if meta.is_file():
+        members[fmt.CHECKPOINT_META] = meta
+    else:
+        document = {"model_config": blob.get("model_config"), "meta": blob.get("meta"), "source": checkpoint.name}
+        members[fmt.CHECKPOINT_META] = (json.dumps(document, indent=2, sort_keys=True, default=str) + "\n").encode()
+    return members, params, non_finite
+
+
+def _measure(train_py: Path, checkpoint: Path) -> dict[str, Any]:
+    """val_bpb now, through trnf eval's trusted evaluate_bpb in a fresh process."""
+    from trnfrontier.evaluation import EvalOptions, Target, evaluate
+
+    document = evaluate([Target(checkpoint, train_py)], EvalOptions())
+    result = document["results"][0]
+    if result["status"] != "ok":
+        raise TrnfError(f"--val-bpb-from-eval: the trusted evaluation gave no valid score: {'; '.join(result['reasons'])}")
+    return {
+        "val_bpb": result["val_bpb"], "eval_tokens": result["tokens_requested"], "eval_seq_len": result["seq_len"],
+        "eval_split": document["split"], "prepare_sha256": document["prepare_sha256"],
+    }
+
+
+def _default_hashes() -> dict[str, Any]:
+    """The prepare.py and tokenizer trnf uses now (for a kit run that recorded none)."""
+    from trnfrontier.contract import load_contract
+
+    contract = load_contract()
+    try:
+        tokenizer = getattr(contract.module.ensure_tokenizer(), "sha256", None)
+    except Exception:  # noqa: BLE001 - no prepared tokenizer: the pin check then says so
+        tokenizer = None
+    return {"prepare_sha256": contract.sha256, "tokenizer_sha256": tokenizer}
+
+
+def package_kit(train_py: Path, checkpoint: Path, launch: str, out: Path, *, run_dir: Path | None = None,
+                writeup: Path | None = None, force: bool = False, pins_file: Path | None = None,
+                val_bpb_from_eval: bool = False) -> PackageResult:
+    """Package a team's own train.py, its local imports, its checkpoint and a kit run's logs."""
+    train_py = Path(train_py)
+    if not train_py.is_file():
+        raise UsageError(f"--train-py {train_py}: no such file")
+    launch = check_launch(launch)
+    team_text = read_team_text(writeup)
+    members: dict[str, Path | bytes] = {fmt.TRAIN_PY: train_py, fmt.LAUNCH_TXT: (launch + "\n").encode()}
+    for name, path in imported_files(train_py).items():
+        members[name] = path
+    ckpt_members, params, non_finite = checkpoint_members(Path(checkpoint))
+    members.update(ckpt_members)
+
+    if run_dir is None and (Path(checkpoint).parent / "run" / SUMMARY_FILE).is_file():
+        run_dir = Path(checkpoint).parent / "run"  # where trnf init's train.py writes its run
+    summary: dict[str, Any] = {}
+    if run_dir is not None:
+        summary = read_json(Path(run_dir) / SUMMARY_FILE, "summary.json (is this a `trnf train --train-py` run directory?)")
+        for member, name in ((fmt.STEP_LOG, STEP_LOG_FILE), (fmt.METRICS_LOG, METRICS_FILE)):
+            if (Path(run_dir) / name).is_file():
+                members[member] = Path(run_dir) / name
+        members[fmt.SUMMARY] = Path(run_dir) / SUMMARY_FILE
+    if fmt.STEP_LOG not in members:
+        where = f"{run_dir}/{STEP_LOG_FILE}" if run_dir else "a run directory"
+        raise TrnfError(f"no step-boundary log ({where}): pass --run-dir with the run of `trnf train --train-py`, whose log proves the budget")
+    members.setdefault(fmt.METRICS_LOG, b"")
+    if val_bpb_from_eval:
+        summary = {**summary, **_measure(train_py, Path(checkpoint))}
+    for key, value in _default_hashes().items():
+        summary.setdefault(key, value)
+    members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+
+    reasons = []
+    if summary.get("over_budget"):
+        reasons.append(f"over budget: charged {float(summary.get('charged_seconds') or 0):.1f} s")
+    if summary.get("status") not in (None, "completed"):
+        reasons.append(f"run status is {summary.get('status')!r}, not 'completed'")
+    if non_finite:
+        reasons.append(f"NaN/inf in the checkpoint ({', '.join(non_finite[:3])})")
+    if summary.get("val_bpb") is None:
+        reasons.append("no measured val_bpb: pass --run-dir with a kit run whose summary has one, or --val-bpb-from-eval")
+    reasons += pin_problems(summary.get("prepare_sha256"), summary.get("tokenizer_sha256"), load_pins(pins_file))
+    over = size_problems(members)
+    if over:
+        raise TrnfError(over[0])
+    forced = refuse_or_force(reasons + screen_reasons(members), force, str(train_py))
+
+    facts = summary_facts(summary, name=train_py.parent.resolve().name, source=f"kit train.py {train_py.name}", launch=launch, kernels=[])
+    facts["params"] = params
+    add_writeup(members, facts, None, members[fmt.METRICS_LOG] if isinstance(members[fmt.METRICS_LOG], Path) else None, forced, team_text)  # type: ignore[arg-type]
+    measured_by = "trnf package --val-bpb-from-eval (trusted evaluate_bpb)" if val_bpb_from_eval else f"summary.json of the kit run {Path(run_dir).name if run_dir else ''}"
+    meta = {
+        "prepare_sha256": summary.get("prepare_sha256"),
+        "tokenizer_sha256": summary.get("tokenizer_sha256"),
+        "claimed": claim(summary, measured_by),
+        "params": params,
+        "versions": versions(summary.get("versions")),
+        "git": git_state(),
+        "seed": summary.get("seed"),
+        "launch": launch,
+        "forced": forced,
+    }
+    return write_archive(members, meta, out)

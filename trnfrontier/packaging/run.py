@@ -1,0 +1,121 @@
+"""A finished run directory as `trnf package` sees it, and the reasons to refuse packaging it.
+
+The layout is docs/architecture.md's: ``summary.json``, ``metrics.jsonl``,
+``step_boundaries.jsonl``, ``final/`` (``model.safetensors``, ``meta.json``, ``final.pt``)
+and the resolved recipe in ``recipe.json`` (else the copy the trainer stores in
+``final/meta.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, STEP_LOG_FILE, SUMMARY_FILE
+from trnfrontier.verify.checkpoint import CheckpointError, scan_safetensors
+from trnfrontier.verify.pins import Pins
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+    summary: dict[str, Any]
+    recipe: dict[str, Any]
+    final_dir: Path  # holds model.safetensors, meta.json, final.pt
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def step_log(self) -> Path:
+        return self.path / STEP_LOG_FILE
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object from ``path``, or a one-line TrnfError naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TrnfError(f"{path}: no {what} here") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TrnfError(f"{path}: {what} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise TrnfError(f"{path}: {what} must be a JSON object")
+    return data
+
+
+def read_run(path: Path) -> RunDir:
+    """Read a run directory; anything that makes it unpackageable even with --force is an error here."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such run directory (give runs/<name>, the --out of `trnf train`)")
+    summary = read_json(path / SUMMARY_FILE, "summary.json (is this a finished `trnf train` run?)")
+    final_dir = path / ckpt.FINAL_DIR
+    missing = [name for name in (ckpt.MODEL_FILE, ckpt.META_FILE, ckpt.KIT_FILE) if not (final_dir / name).is_file()]
+    if missing:
+        status = summary.get("status", "unknown")
+        raise TrnfError(
+            f"{path} has no final checkpoint (final/{', final/'.join(missing)} missing; run status {status}); "
+            "only a run that completed can be packaged"
+        )
+    if (path / RECIPE_FILE).is_file():
+        recipe = read_json(path / RECIPE_FILE, "recipe.json")
+    else:
+        recipe = read_json(final_dir / ckpt.META_FILE, "final/meta.json").get("recipe")
+        if not isinstance(recipe, dict):
+            raise TrnfError(f"{path}: no recipe.json and final/meta.json records no recipe; cannot regenerate train.py")
+    for name in (STEP_LOG_FILE,):
+        if not (path / name).is_file():
+            raise TrnfError(f"{path / name} is missing: the budget cannot be checked without the step-boundary log")
+    return RunDir(path=path, summary=summary, recipe=recipe, final_dir=final_dir)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def checkpoint_params(safetensors: Path) -> tuple[int, list[str]]:
+    """(parameter count, names of tensors holding NaN/inf) of a model.safetensors."""
+    try:
+        scan = scan_safetensors(safetensors)
+    except (CheckpointError, OSError) as exc:
+        raise TrnfError(f"{safetensors}: unreadable checkpoint ({exc})") from None
+    return scan.params, list(scan.non_finite)
+
+
+def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list[str]:
+    """Reasons the run's prepare.py / tokenizer are not the pinned ones (empty: they are)."""
+    reasons = []
+    for what, used, pin in (("prepare.py", prepare_sha256, pins.prepare), ("tokenizer", tokenizer_sha256, pins.tokenizer)):
+        if pin.sha256 is None:
+            continue
+        if not isinstance(used, str) or used.lower() != pin.sha256:
+            reasons.append(f"{what} SHA256 {str(used)[:16]}... is not the pinned {pin.sha256[:16]}... ({pin.source})")
+    return reasons
+
+
+def refusal_reasons(run: RunDir, pins: Pins, non_finite: list[str]) -> list[str]:
+    """Why this run should not be submitted; each reason can be overridden with --force."""
+    s = run.summary
+    reasons = []
+    if s.get("over_budget"):
+        reasons.append(f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or 1800):g}")
+    if s.get("status") != "completed":
+        step = f" at step {s['diverged_step']}" if s.get("diverged_step") else ""
+        reasons.append(f"run status is {s.get('status')!r}{step}, not 'completed'")
+    if s.get("final_loss") is not None and not _finite(s.get("final_loss")):
+        reasons.append(f"final loss is {s.get('final_loss')}")
+    if non_finite:
+        reasons.append(f"NaN/inf in the final checkpoint ({', '.join(non_finite[:3])})")
+    if s.get("val_bpb") is None:
+        reasons.append("no measured val_bpb in summary.json (the run had eval.final off; run `trnf eval` on it)")
+    elif not _finite(s.get("val_bpb")):
+        reasons.append(f"val_bpb is {s.get('val_bpb')}")
+    reasons += pin_problems(s.get("prepare_sha256"), s.get("tokenizer_sha256"), pins)
+    return reasons
