@@ -126,8 +126,13 @@ def file_entry(path: Path, chunk_size: int = 1 << 20) -> dict[str, Any]:
     return {"size": size, "sha256": digest.hexdigest()}
 
 
-def build_manifest(files: Mapping[str, Path], **meta: Any) -> dict[str, Any]:
-    """The manifest for ``files`` (member name -> local path) plus the metadata fields.
+def bytes_entry(data: bytes) -> dict[str, Any]:
+    """``{"size", "sha256"}`` of in-memory member content."""
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def build_manifest(files: Mapping[str, Path | bytes], **meta: Any) -> dict[str, Any]:
+    """The manifest for ``files`` (member name -> local path or content) plus the metadata fields.
 
     ``meta`` carries the other top-level keys (``prepare_sha256``, ``tokenizer_sha256``,
     ``claimed``, ``params``, ``versions``, ``git``, ``seed``, ``launch``, ``forced``).
@@ -136,7 +141,10 @@ def build_manifest(files: Mapping[str, Path], **meta: Any) -> dict[str, Any]:
     if bad:
         raise ValueError(f"not allowed in a {FORMAT} archive: {', '.join(sorted(bad))}")
     manifest: dict[str, Any] = {"format": FORMAT}
-    manifest["files"] = {name: file_entry(Path(files[name])) for name in sorted(files)}
+    manifest["files"] = {
+        name: bytes_entry(bytes(src)) if isinstance(src, (bytes, bytearray)) else file_entry(Path(src))
+        for name, src in sorted(files.items())
+    }
     manifest.update(meta)
     manifest.setdefault("forced", [])
     return manifest

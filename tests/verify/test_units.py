@@ -45,8 +45,9 @@ def test_build_manifest_refuses_foreign_members(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(ValueError, match="secrets.txt"):
         fmt.build_manifest({"secrets.txt": tmp_path / "f"})
-    manifest = fmt.build_manifest({"runtime/model.py": tmp_path / "f"}, params=1)
-    assert manifest["files"]["runtime/model.py"]["size"] == 1 and manifest["forced"] == []
+    manifest = fmt.build_manifest({"runtime/model.py": tmp_path / "f", "train.py": b"x"}, params=1)
+    assert manifest["files"]["runtime/model.py"] == manifest["files"]["train.py"] == fmt.file_entry(tmp_path / "f")
+    assert manifest["forced"] == [] and manifest["params"] == 1
 
 
 @pytest.mark.parametrize("name,ok", [("train.py", True), ("runtime/gpt.py", True), ("kernels/relu2.py", True),

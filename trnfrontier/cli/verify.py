@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -31,7 +30,7 @@ def command(
     json_output: bool = typer.Option(False, "--json", help="Print the whole report as one JSON document."),
     rerun_eval: bool = typer.Option(False, "--rerun-eval", help="Recompute val_bpb with the trusted evaluate_bpb and compare with the claim."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run train.py for a few CPU steps in a clean environment with only the organisers' packages."),
-    pins: Optional[Path] = typer.Option(None, "--pins", help="JSON file with prepare_sha256 / tokenizer_sha256 (default $TRNF_HOME/pins.json, else the selected prepare.py and active tokenizer)."),
+    pins: Path | None = typer.Option(None, "--pins", help="JSON file with prepare_sha256 / tokenizer_sha256 (default $TRNF_HOME/pins.json, else the selected prepare.py and active tokenizer)."),
     timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds allowed for each subprocess (contract probe, re-eval, dry run)."),
     steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
 ) -> int:
