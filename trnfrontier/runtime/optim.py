@@ -54,8 +54,10 @@ def build_optimizers(model: GPT, optim_cfg: dict[str, Any]) -> list[torch.optim.
                 eps=float(optim_cfg.get("adam_eps", 1e-10)),
                 weight_decay=0.0,
                 fused=False,
-                # torch's AdamW refuses a tensor LR with foreach, so its LR stays a float.
-                foreach=True,
+                # torch picks foreach where the device supports it (not every backend has
+                # the _foreach kernels). Its LR stays a float: torch's AdamW refuses a
+                # tensor LR with foreach, and apply_schedule handles both kinds.
+                foreach=None,
             )
         )
     if groups["matrix"]:
@@ -117,4 +119,4 @@ def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor | No
     <= 0 disables clipping and returns None."""
     if max_norm <= 0:
         return None
-    return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, foreach=True)
+    return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm)
