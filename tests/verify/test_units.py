@@ -85,7 +85,7 @@ def test_launch_refusals(line: str) -> None:
 
 def test_screen_allows_kit_style_code() -> None:
     source = '''
-import os, math, json
+import os, math, json, sys
 import torch, numpy as np
 import torch_neuronx, nki, nki.language as nl
 from neuronxcc import nki as nki2
@@ -98,6 +98,7 @@ res = evaluate_bpb(model, tok, 8, split="public_val")
 torch.compile(model)
 model.eval()
 x = prepare.TRAIN_TIME_BUDGET_SECONDS
+sys.modules["runtime.model"] = GPT
 def load_for_eval(checkpoint_path, device):
     return GPT()
 '''
@@ -111,6 +112,7 @@ def load_for_eval(checkpoint_path, device):
     ("import prepare\nprepare.Tokenizer.encode = None", "monkeypatching"),
     ("from prepare import evaluate_bpb\nevaluate_bpb.__defaults__ = ()", "monkeypatching"),
     ("import sys\nsys.modules['prepare'] = object()", "sys.modules"),
+    ("import sys as s\ns.modules['prepare'] = object()", "sys.modules"),
     ("import prepare\nvars(prepare)['x'] = 1", "vars(prepare)"),
     ("exec('import socket')", "exec"),
     ("import importlib\nimportlib.import_module(name)", "computed module name"),

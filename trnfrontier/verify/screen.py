@@ -65,6 +65,18 @@ def _root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _is_sys_modules_prepare(node: ast.AST, sys_names: set[str]) -> bool:
+    """``sys.modules["prepare"]``: other entries may be registered freely (a flattened runtime does)."""
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "modules"
+        and _root(node.value) in sys_names
+        and isinstance(node.slice, ast.Constant)
+        and node.slice.value == "prepare"
+    )
+
+
 def _call_name(node: ast.Call) -> str | None:
     if isinstance(node.func, ast.Name):
         return node.func.id
@@ -80,6 +92,7 @@ class _Screener(ast.NodeVisitor):
         self.findings: list[Finding] = []
         self.prepare_names: set[str] = set()  # names bound to prepare or to things imported from it
         self.os_names: set[str] = set()
+        self.sys_names: set[str] = {"sys"}
         self.os_functions: dict[str, str] = {}  # local name -> forbidden os function it is
         self.trusted_eval_depth = 0
 
@@ -137,7 +150,7 @@ class _Screener(ast.NodeVisitor):
             if _root(node.args[0]) in self.prepare_names:
                 self.flag(node, f"{func.id}() on prepare (monkeypatching the trusted module)")
             target = node.args[0]
-            if isinstance(target, ast.Name) and target.id == "sys":  # setattr(sys, "modules", ...)
+            if isinstance(target, ast.Name) and target.id in self.sys_names:  # setattr(sys, "modules", ...)
                 self.flag(node, f"{func.id}() on sys")
         if isinstance(func, ast.Name) and func.id == "vars" and node.args and _root(node.args[0]) in self.prepare_names:
             self.flag(node, "vars(prepare) (reaching into the trusted module's namespace)")
@@ -173,8 +186,8 @@ class _Screener(ast.NodeVisitor):
                 if isinstance(sub, (ast.Attribute, ast.Subscript)) and _root(sub) in self.prepare_names:
                     self.flag(node, "assigns into prepare (monkeypatching the trusted module)")
                     return
-                if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Attribute) and sub.value.attr == "modules" and _root(sub.value) == "sys":
-                    self.flag(node, "assigns into sys.modules (replacing a module)")
+                if _is_sys_modules_prepare(sub, self.sys_names):
+                    self.flag(node, "replaces sys.modules['prepare'] (substituting the trusted module)")
                     return
 
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -232,6 +245,8 @@ def screen_source(source: str, file: str, local: set[str]) -> ScreenResult:
                     screener.prepare_names.add(alias.asname or "prepare")
                 if alias.name == "os":
                     screener.os_names.add(alias.asname or "os")
+                if alias.name == "sys":
+                    screener.sys_names.add(alias.asname or "sys")
     screener.visit(tree)
     result.findings = screener.findings
     result.defines_load_for_eval = _defines_load_for_eval(tree)
