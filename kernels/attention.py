@@ -118,12 +118,17 @@ def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
 def attention_fwd(q, k, v, scale):
     """q [B, H, T, D], k/v [B, Hkv, T, D] -> (o [B, H, T, D], lse [B, H, T, 1] float32)."""
     bsz, heads, t, d = q.shape
-    group = heads // k.shape[1]
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
     o = nl.ndarray((bsz, heads, t, d), dtype=q.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, heads, t, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     for b in nl.affine_range(bsz):
-        for h in nl.affine_range(heads):
-            # static: the number of key tiles (and the diagonal) depends on the query tile
-            for q0 in nl.static_range(0, t, PMAX):
-                _query_tile(q, k, v, o, lse, b, h, h // group, q0, min(PMAX, t - q0), scale)
+        # query head h = kvh * group + r reads kv head kvh (affine in the loop indices)
+        for kvh in nl.affine_range(kv_heads):
+            for r in nl.affine_range(group):
+                # static: the number of key tiles (and the diagonal) depends on the query tile
+                for q0 in nl.static_range(0, t, PMAX):
+                    _query_tile(
+                        q, k, v, o, lse, b, kvh * group + r, kvh, q0, min(PMAX, t - q0), scale
+                    )
     return o, lse

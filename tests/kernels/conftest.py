@@ -33,6 +33,42 @@ def interpreted() -> Callable[[str], ModuleType]:
     return get
 
 
+class SimulatedModule:
+    """A kernel file loaded with the real nki; each kernel runs under nki.simulate."""
+
+    def __init__(self, nki: ModuleType, module: ModuleType) -> None:
+        self.nki, self.module = nki, module
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(self.module, attr)
+        if not callable(fn) or attr.startswith("_") or attr == "sbuf_bytes":
+            return fn
+        return lambda *args: self.nki.simulate(fn)(*[_simulator_arg(a) for a in args])
+
+
+def _simulator_arg(arg: Any) -> Any:
+    if isinstance(arg, HostTensor) and arg.dtype is machine.bfloat16:
+        try:
+            import ml_dtypes  # shipped with AWS's nki for its bfloat16 arrays
+        except ImportError:
+            pytest.skip("bfloat16 inputs for nki.simulate need ml_dtypes")
+        return arg.values.astype(ml_dtypes.bfloat16)
+    return arg.values if isinstance(arg, HostTensor) else arg
+
+
+@pytest.fixture(params=["interpreter", "nki.simulate"])
+def kernel(
+    request: pytest.FixtureRequest, interpreted: Callable[[str], ModuleType]
+) -> Callable[[str], Any]:
+    """Kernel files run by the NumPy interpreter, and by nki.simulate where nki is installed."""
+    if request.param == "interpreter":
+        return interpreted
+    nki = request.getfixturevalue("real_nki")
+    from trnfrontier.runtime.kernels.backend import load_kernel_file
+
+    return lambda name: SimulatedModule(nki, load_kernel_file(name))
+
+
 _TORCH_DTYPES = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,

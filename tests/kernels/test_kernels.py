@@ -59,10 +59,10 @@ def test_relu2_reference_vs_float64() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 5), (128, 64), (300, 2100)])
-def test_relu2_kernel_vs_reference(interpreted, dtype: str, shape: tuple[int, int]) -> None:
+def test_relu2_kernel_vs_reference(kernel, dtype: str, shape: tuple[int, int]) -> None:
     rng = np.random.default_rng(hash((shape, dtype)) % 2**32)
     x, dy = _inputs(rand(rng, *shape), dtype), _inputs(rand(rng, *shape), dtype)
-    k = interpreted("relu2")
+    k = kernel("relu2")
     np.testing.assert_allclose(
         k.relu2_fwd(_host(x, dtype)), _np(references.relu2(_torch(x, dtype))), **TOL[dtype]
     )
@@ -103,10 +103,10 @@ def test_rmsnorm_reference_vs_float64_and_model() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(7, 32), (128, 96), (257, 640)])
-def test_rmsnorm_kernel_vs_reference(interpreted, dtype: str, shape: tuple[int, int]) -> None:
+def test_rmsnorm_kernel_vs_reference(kernel, dtype: str, shape: tuple[int, int]) -> None:
     rng = np.random.default_rng(hash((shape, dtype)) % 2**32)
     x, dy = _inputs(rand(rng, *shape, scale=3.0), dtype), _inputs(rand(rng, *shape), dtype)
-    k = interpreted("rmsnorm")
+    k = kernel("rmsnorm")
     y, rstd = k.rmsnorm_fwd(_host(x, dtype), 1e-6)
     y_ref, rstd_ref = references.rmsnorm(_torch(x, dtype), 1e-6)
     np.testing.assert_allclose(y, _np(y_ref), **TOL[dtype])
@@ -164,12 +164,12 @@ def test_rope_qknorm_reference_vs_float64_and_model() -> None:
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("shape", [(1, 1, 5, 8), (2, 3, 130, 32), (1, 2, 128, 128)])
 def test_rope_qknorm_kernel_vs_reference(
-    interpreted, dtype: str, normalize: bool, shape: tuple[int, ...]
+    kernel, dtype: str, normalize: bool, shape: tuple[int, ...]
 ) -> None:
     rng = np.random.default_rng(hash((shape, dtype, normalize)) % 2**32)
     x, dy = _inputs(rand(rng, *shape), dtype), _inputs(rand(rng, *shape), dtype)
     cos, sin = _angles(rng, shape[2], shape[3] // 2)
-    k = interpreted("rope_qknorm")
+    k = kernel("rope_qknorm")
     y, rstd = k.rope_qknorm_fwd(_host(x, dtype), cos, sin, 1e-6, normalize)
     y_ref, rstd_ref = references.rope_qknorm(
         _torch(x, dtype), torch.tensor(cos), torch.tensor(sin), 1e-6, normalize
@@ -225,13 +225,13 @@ def test_cross_entropy_reference_vs_float64_and_model() -> None:
 @pytest.mark.parametrize("cap", [15.0, 0.0])
 @pytest.mark.parametrize("shape", [(5, 100), (130, 1100)])
 def test_cross_entropy_kernel_vs_reference(
-    interpreted, dtype: str, cap: float, shape: tuple[int, int]
+    kernel, dtype: str, cap: float, shape: tuple[int, int]
 ) -> None:
     rng = np.random.default_rng(hash((shape, dtype, cap)) % 2**32)
     z = _inputs(rand(rng, *shape, scale=6.0), dtype)
     t = _targets(rng, *shape)
     tf = t.astype(np.float32)[:, None]
-    k = interpreted("cross_entropy")
+    k = kernel("cross_entropy")
     loss, lse = k.cross_entropy_fwd(_host(z, dtype), tf, cap)
     loss_ref, lse_ref = references.cross_entropy(_torch(z, dtype), torch.tensor(t), cap)
     np.testing.assert_allclose(
@@ -282,7 +282,7 @@ def test_attention_reference_vs_float64_and_model() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("shape", "kv_heads"), ATTN_SHAPES)
 def test_attention_kernel_vs_reference(
-    interpreted, dtype: str, shape: tuple[int, ...], kv_heads: int
+    kernel, dtype: str, shape: tuple[int, ...], kv_heads: int
 ) -> None:
     rng = np.random.default_rng(hash((shape, dtype)) % 2**32)
     b, h, t, d = shape
@@ -292,7 +292,7 @@ def test_attention_kernel_vs_reference(
         _inputs(rand(rng, b, kv_heads, t, d), dtype),
     )
     scale = d**-0.5
-    o, lse = interpreted("attention").attention_fwd(
+    o, lse = kernel("attention").attention_fwd(
         _host(q, dtype), _host(k, dtype), _host(v, dtype), scale
     )
     ref = references.attention(_torch(q, dtype), _torch(k, dtype), _torch(v, dtype), scale)
@@ -341,19 +341,19 @@ def test_polar_express_reference_vs_float64_and_muon() -> None:
 
 
 @pytest.mark.parametrize(("shape", "steps"), [((8, 16), 5), ((130, 300), 2)])
-def test_polar_express_kernel_vs_reference(interpreted, shape: tuple[int, int], steps: int) -> None:
+def test_polar_express_kernel_vs_reference(kernel, shape: tuple[int, int], steps: int) -> None:
     rng = np.random.default_rng(hash(shape) % 2**32)
     g = rand(rng, *shape)
     coeffs = muon.POLAR_EXPRESS_COEFFS[:steps]
-    out = interpreted("polar_express").polar_express_fwd(g, coeffs, 1e-7)
+    out = kernel("polar_express").polar_express_fwd(g, coeffs, 1e-7)
     np.testing.assert_allclose(
         out, references.polar_express(torch.tensor(g), coeffs, 1e-7).numpy(), rtol=1e-4, atol=2e-5
     )
 
 
-def test_polar_express_kernel_bf16_is_close_to_float64(interpreted) -> None:
+def test_polar_express_kernel_bf16_is_close_to_float64(kernel) -> None:
     g = rand(np.random.default_rng(5), 16, 48)
-    out = interpreted("polar_express").polar_express_fwd(bf16(g), muon.POLAR_EXPRESS_COEFFS, 1e-7)
+    out = kernel("polar_express").polar_express_fwd(bf16(g), muon.POLAR_EXPRESS_COEFFS, 1e-7)
     want = _polar64(round_bf16(g), muon.POLAR_EXPRESS_COEFFS, 1e-7)
     assert np.abs(out - want).max() < 0.05 * np.abs(want).max()
 
@@ -366,27 +366,3 @@ def test_polar_express_sbuf_formula_matches_runtime(interpreted) -> None:
         assert k.sbuf_bytes(m, n, item) == backend.polar_express_sbuf_bytes(m, n, item)
     assert backend.supports_polar_express((640, 2560), torch.bfloat16, 2) is None
     assert "SBUF" in backend.supports_polar_express((640, 2560), torch.float32, 4)
-
-
-# ---------------------------------------------------------------- the same kernels under nki.simulate
-
-
-def test_kernels_under_nki_simulate(real_nki) -> None:  # pragma: no cover - needs AWS's nki package
-    from trnfrontier.runtime.kernels.backend import load_kernel_file
-
-    rng = np.random.default_rng(7)
-    x = rand(rng, 130, 96)
-    relu2 = load_kernel_file("relu2")
-    np.testing.assert_allclose(
-        real_nki.simulate(relu2.relu2_fwd)(x), np.maximum(x, 0) ** 2, **TOL["float32"]
-    )
-    rms = load_kernel_file("rmsnorm")
-    y, rstd = real_nki.simulate(rms.rmsnorm_fwd)(x, 1e-6)
-    np.testing.assert_allclose(y, _rms64(x, 1e-6), rtol=1e-4, atol=1e-5)
-    q, k, v = rand(rng, 1, 2, 130, 32), rand(rng, 1, 1, 130, 32), rand(rng, 1, 1, 130, 32)
-    o, _ = real_nki.simulate(load_kernel_file("attention").attention_fwd)(q, k, v, 32**-0.5)
-    np.testing.assert_allclose(o, _attention64(q, k, v, 32**-0.5), rtol=1e-3, atol=1e-3)
-    z, t = rand(rng, 130, 700, scale=5.0), rng.integers(0, 700, 130).astype(np.float32)[:, None]
-    loss, _ = real_nki.simulate(load_kernel_file("cross_entropy").cross_entropy_fwd)(z, t, 15.0)
-    want, _ = references.cross_entropy(torch.tensor(z), torch.tensor(t[:, 0]).long(), 15.0)
-    np.testing.assert_allclose(loss[:, 0], want.numpy(), rtol=1e-4, atol=1e-4)
