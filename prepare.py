@@ -1181,7 +1181,7 @@ def record_step_boundary(step: int) -> None:
     path = _step_log_path()
     key = str(path.resolve())
     lines = []
-    if key not in _step_log_started:
+    if key not in _step_log_started or not path.exists():
         lines.append({"header": True, "start_time": PROCESS_START_TIME, "pid": os.getpid()})
         _step_log_started.add(key)
     lines.append({"step": int(step), "time": time.time()})
