@@ -14,7 +14,7 @@ row max m, running sum l and an unnormalised accumulator in SBUF:
 and finally o = acc / l, lse = m + log l (float32, [B, H, T, 1], kept for a backward).
 
 The backward is not a kernel: the custom op recomputes attention with the PyTorch
-reference and differentiates it (see trnfrontier/runtime/kernels/ops.py).
+reference and differentiates it (see trnfrontier/runtime/kernels/custom_ops.py).
 """
 
 import nki
