@@ -9,14 +9,18 @@ steps, ``out/final.pt`` in the kit layout, and ``load_for_eval``. ``mode`` spoil
 - ``good``: as above.
 - ``crash``: rank 1 raises at step 2 (rank 0 is then stuck in the next all-reduce).
 - ``hang``: every rank writes ``pids/rank<R>`` (its pid and a ``sleep`` child's pid),
-  then rank 1 sleeps forever and rank 0 waits for it in a barrier.
+  then the last rank sleeps forever and the others wait for it in a barrier.
 - ``nan``: the loss becomes NaN from step 3.
 - ``nolog``: never calls record_step_boundary.
+
+``run_cli(args, capsys)`` runs `trnf` in this process and returns (code, stdout, stderr).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 MODES = ("good", "crash", "hang", "nan", "nolog")
 
@@ -61,12 +65,12 @@ def load_for_eval(checkpoint_path, device):
     return model.to(device).eval()
 
 
-def hang(rank):
+def hang(rank, world):
     child = subprocess.Popen(["sleep", "600"])
     os.makedirs("pids", exist_ok=True)
     with open(f"pids/rank{{rank}}", "w") as handle:
         handle.write(f"{{os.getpid()}} {{child.pid}}")
-    if rank == 1 or not dist.is_initialized():
+    if rank == world - 1:
         time.sleep(3600)
     dist.barrier()
 
@@ -81,7 +85,7 @@ def main():
     if is_ddp:
         dist.init_process_group(os.environ.get("TRNF_DIST_BACKEND", "gloo"))
     if MODE == "hang":
-        hang(rank)
+        hang(rank, world)
     torch.manual_seed(0)
     model = TinyLM(**CONFIG)
     train_model = nn.parallel.DistributedDataParallel(model) if is_ddp else model
@@ -128,3 +132,13 @@ def write_train_py(directory: Path, mode: str = "good") -> Path:
     path = directory / "train.py"
     path.write_text(train_py_source(mode), encoding="utf-8")
     return path
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`trnf ARGS` in this process: (exit code, stdout, stderr)."""
+    from trnfrontier.cli.app import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err

@@ -25,7 +25,12 @@ from trnfrontier.kit import launch, logs, preflight
 from trnfrontier.runtime.trainer import STEP_LOG_FILE
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
 from trnfrontier.verify.contract import run_probe
-from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV, _clean_environ, _find_checkpoint, build_clean_env
+from trnfrontier.verify.dryrun import (
+    DRY_RUN_STEPS_ENV,
+    _clean_environ,
+    _find_checkpoint,
+    build_clean_env,
+)
 
 STAGES = ("source", "environment", "start", "steps", "checkpoint", "load_for_eval")
 # Directories never copied into the dry run: caches, environments, outputs.
@@ -57,7 +62,7 @@ class DryRunReport:
         self.stages.append(Stage(name, passed, detail))
         return passed
 
-    def skip_rest(self) -> "DryRunReport":
+    def skip_rest(self) -> DryRunReport:
         done = {s.name for s in self.stages}
         self.stages.extend(Stage(n, None, "not reached") for n in STAGES if n not in done)
         return self

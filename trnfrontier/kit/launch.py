@@ -20,9 +20,10 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 from trnfrontier.kit import processes
 
@@ -74,7 +75,19 @@ class LaunchOutcome:
 
 
 def _stop(proc: subprocess.Popen[bytes], seen: set[processes.Proc]) -> None:
-    """SIGTERM torchrun's group (it stops its workers), then SIGKILL everything still alive."""
+    """SIGTERM torchrun's group (it stops its workers), then SIGKILL everything still alive.
+
+    A second Ctrl-C while this runs is ignored: it would abandon the workers half-way."""
+    guarded = threading.current_thread() is threading.main_thread()
+    saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM)] if guarded else []
+    try:
+        _terminate_then_kill(proc, seen)
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+
+
+def _terminate_then_kill(proc: subprocess.Popen[bytes], seen: set[processes.Proc]) -> None:
     seen |= processes.descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -87,6 +100,18 @@ def _stop(proc: subprocess.Popen[bytes], seen: set[processes.Proc]) -> None:
     me = processes.identify(proc.pid)
     processes.kill(seen | ({me} if me else set()))
     proc.wait()
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupt_on_sigterm() -> Any:
+    """While a launch runs, SIGTERM to trnf (a CI job cancelled) stops the tree like Ctrl-C;
+    otherwise trnf would die and leave the workers, in their own sessions, running."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
@@ -118,6 +143,7 @@ def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
         reader.start()
         outcome = LaunchOutcome(exit_code=None)
         seen: set[processes.Proc] = set()
+        previous = _interrupt_on_sigterm()
         try:
             while proc.poll() is None:
                 seen |= processes.descendants(proc.pid)
@@ -129,6 +155,9 @@ def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
         except KeyboardInterrupt:
             outcome.interrupted = True
             _stop(proc, seen)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         # Anything the script left behind after torchrun exited (a forked helper) goes too.
         processes.kill(seen)
         reader.join(timeout=10)

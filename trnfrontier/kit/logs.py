@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 # torchrun --tee prefixes every worker line with "[default<rank>]:" (or "[rank<rank>]:").
 _TEE_PREFIX = re.compile(r"^\[(?:default|rank)?\d+\]:")

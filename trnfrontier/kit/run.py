@@ -28,16 +28,23 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trnfrontier.contract import load_contract
 from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
 from trnfrontier.runtime.checkpoint import atomic_write_json
 from trnfrontier.runtime.contract import sha256_file
-from trnfrontier.runtime.trainer import EXIT_DIVERGED, METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE, versions
+from trnfrontier.runtime.trainer import (
+    EXIT_DIVERGED,
+    METRICS_FILE,
+    STEP_LOG_FILE,
+    SUMMARY_FILE,
+    versions,
+)
 
 ORGANISER_NPROC = (1, 4, 8)
 # Where a kit script's checkpoint is looked for, relative to its directory: the kit's
@@ -151,6 +158,8 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     script = options.train_py.expanduser().resolve()
     tree = preflight.check_train_py(options.train_py.expanduser())
     notes = validate_shape(options.nproc, options.lnc)
+    if options.args:
+        notes.append("arguments after `--` are not part of a valid submission launch: the organisers run train.py without any")
     if not preflight.calls_record_step_boundary(tree):
         notes.append("train.py never mentions record_step_boundary: the budget cannot be accounted")
     contract = load_contract()
