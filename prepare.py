@@ -757,8 +757,8 @@ def setup(
 
 def _build(source: str, local_path: Path | None, num_train_shards: int, directory: Path, config: dict[str, Any],
            report: Progress, *, workers: int, retries: int, backoff: float | None) -> dict[str, Any]:
-    # Untrust the old dataset first: if anything below fails, no manifest points at a mix.
-    (directory / "manifest.json").unlink(missing_ok=True)
+    # Untrust the old dataset before the first file it lists changes: if anything below
+    # fails, no manifest points at a mix. (Downloads only add shards, so they come first.)
     shards_dir = directory / "shards"
     if source == "climbmix":
         base_url = config["base_url"]
@@ -766,7 +766,9 @@ def _build(source: str, local_path: Path | None, num_train_shards: int, director
         paths = download_shards(base_url, indices, shards_dir, workers=workers, retries=retries,
                                 backoff=backoff, progress=report)
         shards = [(p, "train") for p in paths[:-1]] + [(paths[-1], "public_val")]
+        (directory / "manifest.json").unlink(missing_ok=True)
     else:
+        (directory / "manifest.json").unlink(missing_ok=True)
         for stale in shards_dir.glob("*.parquet"):
             stale.unlink()
         documents = sample_documents() if source == "sample" else local_documents(local_path)  # type: ignore[arg-type]

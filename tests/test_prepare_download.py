@@ -170,3 +170,8 @@ def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_pa
         served = len(running.requests)
         again = prepare_module.setup("climbmix", num_train_shards=1, home=home, backoff=TINY_BACKOFF)
         assert again["reused"] is True and len(running.requests) == served
+
+        # Asking for a shard the server lacks fails clearly and keeps the prepared dataset.
+        with pytest.raises(prepare_module.PrepareError, match="shard_00001.parquet: HTTP 404"):
+            prepare_module.setup("climbmix", num_train_shards=2, home=home, backoff=TINY_BACKOFF)
+        assert prepare_module.setup("climbmix", num_train_shards=1, home=home)["reused"] is True
