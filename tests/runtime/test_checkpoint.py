@@ -194,7 +194,7 @@ def test_checkpoint_round_trip_restores_weights_optimizer_and_rng(tmp_path: Path
     assert restored["meta"]["step"] == 2 and restored["meta"]["tokens"] == 64
     assert restored["meta"]["model_config"]["n_embd"] == 32
     assert restored["state"]["data"] == {"shard": 0, "offset": 77}
-    for (n, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items()):
+    for (n, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items(), strict=True):
         assert torch.equal(a, b), n
     ck.restore_rng(restored["state"]["rng"], restored["rng"], torch.device("cpu"))
     assert torch.equal(torch.rand(3), expected_rand)
@@ -205,7 +205,7 @@ def test_checkpoint_round_trip_restores_weights_optimizer_and_rng(tmp_path: Path
         m.loss(x, x.roll(-1, 1)).backward()
         for o in os_:
             o.step()
-    for (n, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items()):
+    for (n, a), (_, b) in zip(model.state_dict().items(), fresh.state_dict().items(), strict=True):
         assert torch.equal(a, b), n
 
 

@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from trnfrontier.recipes.loading import apply_overrides, parse_overrides, read_recipe_file, validate_recipe
+from trnfrontier.recipes.loading import (
+    apply_overrides,
+    parse_overrides,
+    read_recipe_file,
+    validate_recipe,
+)
 from trnfrontier.runtime import checkpoint as ck
 from trnfrontier.runtime import trainer as trainer_mod
 from trnfrontier.runtime.model import GPT
@@ -235,5 +240,5 @@ def test_two_process_torchrun_matches_one_process(sample_home: Path, tmp_path: P
     l1, l2 = losses(single), losses(double)
     assert len(l1) == len(l2) == 12
     assert abs(l1[0] - l2[0]) < 1e-5  # same initial weights, same rows
-    assert max(abs(a - b) for a, b in zip(l1, l2)) < 2e-3
+    assert max(abs(a - b) for a, b in zip(l1, l2, strict=True)) < 2e-3
     assert l1[-1] < l1[0] - 0.3  # and it did train

@@ -30,8 +30,9 @@ import re
 import shutil
 import struct
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -230,7 +231,7 @@ def unwrap(model: nn.Module) -> nn.Module:
     while True:
         if hasattr(model, "_orig_mod"):
             model = model._orig_mod  # type: ignore[assignment]
-        elif isinstance(model, nn.parallel.DistributedDataParallel) or hasattr(model, "module") and isinstance(getattr(model, "module"), nn.Module):
+        elif isinstance(model, nn.parallel.DistributedDataParallel) or hasattr(model, "module") and isinstance(model.module, nn.Module):
             model = model.module  # type: ignore[assignment]
         else:
             return model
@@ -402,7 +403,7 @@ def load_checkpoint(
     saved = optim_state["optimizers"]
     if len(saved) != len(optimizers):
         raise ValueError(f"{checkpoint_dir}: {len(saved)} optimizer states for {len(optimizers)} optimizers")
-    for opt, sd in zip(optimizers, saved):
+    for opt, sd in zip(optimizers, saved, strict=True):
         opt.load_state_dict(sd)
     state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
     ranks = state["ranks"]

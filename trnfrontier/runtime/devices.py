@@ -12,7 +12,6 @@ import contextlib
 import os
 from dataclasses import dataclass
 from types import ModuleType
-from typing import ContextManager
 
 import torch
 
@@ -133,7 +132,7 @@ def resolve_dtype(device: torch.device, name: str) -> torch.dtype:
     return torch.float32
 
 
-def autocast(device: torch.device, dtype: torch.dtype) -> ContextManager[object]:
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager[object]:
     """Mixed precision for the forward pass; weights and optimizer state stay float32."""
     if dtype == torch.float32:
         return contextlib.nullcontext()

@@ -225,12 +225,19 @@ class Trainer:
             return progress_from_steps(self.step, int(s["total_steps"]))
         return clock.progress()
 
-    def _stop_due(self, clock: BudgetClock) -> tuple[bool, str]:
+    def _step_limit_reached(self) -> str:
+        """The step-count limits (the same on every rank: no collective needed)."""
         b, s = self.recipe["budget"], self.recipe["schedule"]
         if b.get("max_steps") and self.step >= int(b["max_steps"]):
-            return True, "max_steps"
+            return "max_steps"
         if s["mode"] == "steps" and self.step >= int(s["total_steps"]):
-            return True, "total_steps"
+            return "total_steps"
+        return ""
+
+    def _stop_due(self, clock: BudgetClock) -> tuple[bool, str]:
+        limit = self._step_limit_reached()
+        if limit:
+            return True, limit
         if clock.should_stop():
             return True, "budget"
         return False, ""
@@ -261,6 +268,11 @@ class Trainer:
 
         self.model.train()
         while True:
+            # A resumed run may already be at its step limit: then it takes no further step.
+            limit = self._step_limit_reached()
+            if limit:
+                stop_reason = limit
+                break
             clock.step_started()
             lrm = lr_multiplier(self._progress(clock), sched["warmup_frac"], sched["warmdown_frac"], sched["final_lr_frac"])
             mom = muon_momentum(self.step, o["muon_momentum_warmup_start"], o["muon_momentum"], o["muon_momentum_warmup_steps"])
