@@ -31,7 +31,7 @@ def command(
     rerun_eval: bool = typer.Option(False, "--rerun-eval", help="Recompute val_bpb with the trusted evaluate_bpb and compare with the claim."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Run train.py for a few CPU steps in a clean environment with only the organisers' packages."),
     pins: Path | None = typer.Option(None, "--pins", help="JSON file with prepare_sha256 / tokenizer_sha256 (default $TRNF_HOME/pins.json, else the selected prepare.py and active tokenizer)."),
-    timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds allowed for each subprocess (contract probe, re-eval, dry run)."),
+    timeout: float | None = typer.Option(None, "--timeout", min=1.0, help="Seconds allowed for each subprocess (default: contract 300, re-eval 1500, dry run 900)."),
     steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
 ) -> int:
     """Check a submission archive; exit 0 only if every required check passes."""

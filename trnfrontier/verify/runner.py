@@ -29,6 +29,9 @@ from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.screen import screen_files
 
 RERUN_TOLERANCE = 1e-4
+# The contract probe does a few small forwards; the re-evaluation gets the organisers'
+# evaluation limit (EVAL_TIMEOUT_SECONDS = 1200) plus time to import and load on a CPU.
+DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0}
 # Every check, in report order; the ones after GATE run archive code.
 CHECK_NAMES = ("extract", "manifest", "pin:prepare", "pin:tokenizer", "launch", "screen", "upload-size", "checkpoint", "budget", "contract")
 # A failure here marks the archive as malformed or hostile, so none of its code runs.
@@ -41,9 +44,13 @@ class Options:
     rerun_eval: bool = False
     dry_run: bool = False
     pins_file: Path | None = None
-    timeout: float = 300.0
+    # Seconds per subprocess; None gives each its own default (DEFAULT_TIMEOUTS).
+    timeout: float | None = None
     dry_run_steps: int = 3
     limits: Limits = field(default_factory=Limits)
+
+    def limit(self, check: str) -> float:
+        return self.timeout if self.timeout is not None else DEFAULT_TIMEOUTS[check]
 
 
 @dataclass
@@ -123,7 +130,7 @@ def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
 
 
 def _contract_check(root: Path, trusted: _Trusted, options: Options) -> Check:
-    result = run_probe("contract", root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path, timeout=options.timeout)
+    result = run_probe("contract", root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path, timeout=options.limit("contract"))
     if result.data is None:
         return failed("contract", f"load_for_eval probe {result.error}")
     if "error" in result.data:
@@ -148,7 +155,7 @@ def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, option
         return failed("rerun-eval", f"claimed split {claimed.get('split')!r} is not the public validation split")
     result = run_probe(
         "eval", root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
-        timeout=options.timeout, extra=["--seq-len", str(seq_len), "--eval-tokens", str(tokens)],
+        timeout=options.limit("rerun-eval"), extra=["--seq-len", str(seq_len), "--eval-tokens", str(tokens)],
     )
     if result.data is None:
         return failed("rerun-eval", f"evaluation {result.error}")
@@ -216,7 +223,7 @@ def verify_archive(archive: Path, options: Options | None = None) -> Report:
             else:
                 work = Path(tmp) / "dry-run"
                 work.mkdir()
-                res = dry_run(root, names, work, nproc=launch.nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps, timeout=options.timeout)
+                res = dry_run(root, names, work, nproc=launch.nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps, timeout=options.limit("dry-run"))
                 report.add(passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason))
                 report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
     return report
