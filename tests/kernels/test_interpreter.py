@@ -101,6 +101,54 @@ def test_elementwise_calls_match_hand_computed(
     np.testing.assert_allclose(kern(X, W), expected, rtol=1e-6)
 
 
+POS = np.abs(X) + 0.5
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ("nisa.activation(dst=o, op=nl.log, data=a)", np.log(POS)),
+        ("nisa.activation(dst=o, op=nl.sqrt, data=a)", np.sqrt(POS)),
+        ("nisa.activation(dst=o, op=nl.rsqrt, data=a)", 1 / np.sqrt(POS)),
+        ("nisa.tensor_tensor(dst=o, data1=a, data2=a, op=nl.add)", 2 * POS),
+        ("nisa.tensor_tensor(dst=o, data1=a, data2=a, op=nl.divide)", np.ones_like(POS)),
+        (
+            "nisa.tensor_scalar(dst=o, data=a, op0=nl.maximum, operand0=1.0, op1=nl.minimum, operand1=3.0)",
+            np.clip(POS, 1.0, 3.0),
+        ),
+        (
+            "nisa.tensor_copy(dst=o[:, nl.ds(1, 2)], src=a[:, nl.ds(0, 2)])\n"
+            "nisa.tensor_copy(dst=o[:, 0:1], src=a[:, 2:3])",
+            POS[:, [2, 0, 1]],
+        ),
+    ],
+)
+def test_remaining_operators_and_ds(tmp_path: Path, lines: str, expected: np.ndarray) -> None:
+    kern = _kernel(tmp_path, _roundtrip_body(lines))
+    np.testing.assert_allclose(kern(POS, W), expected, rtol=1e-6)
+
+
+def test_loop_ranges_run_every_iteration_in_order(tmp_path: Path) -> None:
+    kern = _kernel(
+        tmp_path,
+        """
+def kern(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    for i in nl.sequential_range(3):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    for j in nl.static_range(0, 4, 2):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+    for k in nl.affine_range(x.shape[0]):
+        nisa.tensor_scalar(dst=t[k : k + 1, :], data=t[k : k + 1, :], op0=nl.subtract, operand0=k)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+""",
+    )
+    np.testing.assert_allclose(kern(X), 8 * X + 2 - np.arange(2)[:, None])
+
+
 def test_reductions(tmp_path: Path) -> None:
     body = _roundtrip_body(
         """
