@@ -48,6 +48,8 @@ def command(
         console.print(_table(report))
         for note in report.notes:
             console.print(f"note: {note}")
-        failed = [c.name for c in report.checks if not c.ok]
-        console.print("[green]PASS[/]: every required check passed" if report.ok else f"[bold red]FAIL[/]: {', '.join(failed)}")
+        failed = [c.name for c in report.checks if c.verdict == "fail"]
+        unchecked = sum(1 for c in report.checks if not c.ok and c.verdict == "skip")
+        tail = f" ({unchecked} required check(s) not run)" if unchecked else ""
+        console.print("[green]PASS[/]: every required check passed" if report.ok else f"[bold red]FAIL[/]: {', '.join(failed)}{tail}")
     return report.exit_code
