@@ -11,6 +11,7 @@ import typer
 
 from trnfrontier import __version__
 from trnfrontier.cli import eval as eval_cmd
+from trnfrontier.cli import init as init_cmd
 from trnfrontier.cli import package as package_cmd
 from trnfrontier.cli import prepare as prepare_cmd
 from trnfrontier.cli import profile as profile_cmd
@@ -67,6 +68,7 @@ app.command("eval")(eval_cmd.command)
 app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(profile_cmd.command)
 app.command("package")(package_cmd.command)
 app.command("verify")(verify_cmd.command)
+app.command("init")(init_cmd.command)
 app.add_typer(recipes_cmd.app, name="recipes")
 
 

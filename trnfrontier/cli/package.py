@@ -46,8 +46,6 @@ def command(
             raise UsageError("give RUN_DIR or --train-py, not both (a kit-mode run directory goes in --run-dir)")
         if single_file:
             raise UsageError("--single-file applies to a run directory; with --train-py your file ships as it is")
-        if checkpoint is None or launch is None:
-            raise UsageError("--train-py needs --checkpoint (e.g. out/final.pt) and --launch \"NEURON_LOGICAL_NC_CONFIG=2 torchrun ...\"")
         if not json_output:
             err().print(f"packaging {train_py} ...")
         result = package_kit(train_py, checkpoint, launch, output, run_dir=kit_run_dir, writeup=writeup, force=force,

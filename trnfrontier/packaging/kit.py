@@ -157,13 +157,27 @@ def _default_hashes() -> dict[str, Any]:
     return {"prepare_sha256": contract.sha256, "tokenizer_sha256": tokenizer}
 
 
-def package_kit(train_py: Path, checkpoint: Path, launch: str, out: Path, *, run_dir: Path | None = None,
+def _from_run_dir(run_dir: Path | None, checkpoint: Path | None, launch: str | None) -> tuple[Path, str]:
+    """--checkpoint and --launch, defaulting to what a kit run directory recorded."""
+    if run_dir is not None and checkpoint is None:
+        recorded = read_json(Path(run_dir) / SUMMARY_FILE, "summary.json").get("final_checkpoint")
+        checkpoint = Path(recorded) if recorded else None
+    if run_dir is not None and launch is None and (Path(run_dir) / fmt.LAUNCH_TXT).is_file():
+        launch = (Path(run_dir) / fmt.LAUNCH_TXT).read_text(encoding="utf-8")
+    if checkpoint is None or launch is None:
+        missing = " and ".join(n for n, v in (("--checkpoint (e.g. out/final.pt)", checkpoint), ("--launch", launch)) if v is None)
+        raise UsageError(f"--train-py needs {missing}, or --run-dir of a `trnf train --train-py` run that recorded them")
+    return Path(checkpoint), launch
+
+
+def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out: Path, *, run_dir: Path | None = None,
                 writeup: Path | None = None, force: bool = False, pins_file: Path | None = None,
                 val_bpb_from_eval: bool = False) -> PackageResult:
     """Package a team's own train.py, its local imports, its checkpoint and a kit run's logs."""
     train_py = Path(train_py)
     if not train_py.is_file():
         raise UsageError(f"--train-py {train_py}: no such file")
+    checkpoint, launch = _from_run_dir(run_dir, checkpoint, launch)
     launch = check_launch(launch)
     team_text = read_team_text(writeup)
     members: dict[str, Path | bytes] = {fmt.TRAIN_PY: train_py, fmt.LAUNCH_TXT: (launch + "\n").encode()}

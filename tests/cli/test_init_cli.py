@@ -1,0 +1,66 @@
+"""`trnf init DIR`: the generated single-file train.py trains on the CPU, packages and verifies."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_app import run_cli
+from tests.packaging.conftest import TINY
+from trnfrontier import submission as fmt
+from trnfrontier.verify import Options, verify_archive
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
+
+
+def test_init_writes_train_py_and_readme_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["init", str(tmp_path / "team")], capsys)
+    assert code == 0, err
+    source = (tmp_path / "team" / "train.py").read_text()
+    assert "def load_for_eval(" in source and "def train(" in source and "class Muon" in source
+    assert "from trnfrontier" not in source and len(source.encode()) <= fmt.PORTAL_FILE_LIMIT_BYTES
+    assert "'name': 'baseline_d10'" in source
+    readme = (tmp_path / "team" / "README.md").read_text()
+    assert "python train.py" in readme and "prepare.py" in readme and "--nproc_per_node=4" in readme
+    code, _, err = run_cli(["init", str(tmp_path / "team")], capsys)
+    assert code == 2 and "--force" in err
+    code, _, err = run_cli(["init", str(tmp_path / "t2"), "--recipe", "cpu_smoke", "model.no_such_key=1"], capsys)
+    assert code == 2 and "no_such_key" in err
+
+
+@pytest.mark.slow
+def test_init_output_trains_on_cpu_packages_and_verifies(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    team = tmp_path / "team"
+    code, _, err = run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)
+    assert code == 0, err
+    shutil.copy(REPO / "prepare.py", team / "prepare.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRNF_PREPARE", "PYTHONPATH")}
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run([sys.executable, "train.py"], cwd=team, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("final.pt", "model.safetensors", "meta.json", "run/summary.json", "run/step_boundaries.jsonl"):
+        assert (team / "out" / name).is_file(), name
+    summary = json.loads((team / "out" / "run" / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["val_bpb"] is not None
+
+    out = tmp_path / "s.tar"
+    code, stdout, err = run_cli(["package", "--train-py", str(team / "train.py"), "--checkpoint", str(team / "out" / "final.pt"),
+                                 "--launch", LAUNCH, "-o", str(out), "--force", "--json", "--val-bpb-from-eval"], capsys)
+    assert code == 0, err
+    document = json.loads(stdout)
+    # the trusted evaluation of out/final.pt through the file's own load_for_eval gives the trainer's number
+    assert document["claimed"]["val_bpb"] == summary["val_bpb"]
+    assert document["claimed"]["measured_by"].startswith("trnf package --val-bpb-from-eval")
+    assert {"train.py", "logs/summary.json", "logs/step_boundaries.jsonl", "checkpoint/model.safetensors"} <= set(document["members"])
+    # Forced only by the known runtime screen findings (see tests/packaging/test_package.py).
+    assert all(reason.startswith("static screen: train.py") for reason in document["forced"]), document["forced"]
+    report = verify_archive(out, Options())
+    failing = {check.name for check in report.checks if not check.ok}
+    assert failing <= {"screen", "contract"}, [(c.name, c.reason) for c in report.checks if not c.ok]
