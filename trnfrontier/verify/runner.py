@@ -179,7 +179,8 @@ def verify_archive(archive: Path, options: Options | None = None) -> Report:
             extracted = safe_extract(archive, root, options.limits)
         except ExtractionError as exc:
             report.add(failed("extract", str(exc)))
-            for name in CHECK_NAMES[1:]:
+            requested = [n for n, on in (("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run)) if on]
+            for name in [*CHECK_NAMES[1:], *requested]:
                 report.add(skipped(name, "not checked: the archive was not extracted"))
             return report
         names = sorted(extracted.files)

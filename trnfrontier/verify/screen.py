@@ -236,6 +236,9 @@ def screen_source(source: str, file: str, local: set[str]) -> ScreenResult:
     except SyntaxError as exc:
         result.findings.append(Finding(file, exc.lineno or 0, f"does not parse: {exc.msg}"))
         return result
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting: hostile input
+        result.findings.append(Finding(file, 0, f"does not parse: {type(exc).__name__}"))
+        return result
     screener = _Screener(file, local)
     # Bind names first so an assignment above the import still counts (two passes).
     for node in ast.walk(tree):
