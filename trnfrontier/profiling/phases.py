@@ -69,7 +69,7 @@ def summarize(split_steps: list[dict[str, float]], dispatch_steps: list[dict[str
     seconds = {name: statistics.fmean(step[name] for step in split_steps) for name in PHASES}
     dispatch = {name: statistics.fmean(step[name] for step in dispatch_steps) for name in PHASES}
     total = sum(seconds.values())
-    ratios = [sum(split.values()) / plain for split, plain in zip(split_steps, plain_step_seconds) if plain > 0]
+    ratios = [sum(split.values()) / plain for split, plain in zip(split_steps, plain_step_seconds, strict=True) if plain > 0]
     return {
         "phases": {
             name: {"seconds": seconds[name], "share": seconds[name] / total if total else 0.0, "dispatch_seconds": dispatch[name]}
