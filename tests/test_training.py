@@ -269,3 +269,16 @@ def test_summary_table_renders_partial_summaries() -> None:
                                           "mfu": 0.3, "tokens_per_second": 1000.0, "over_budget": False}))
     text = console.export_text()
     assert "crashed" in text and "1.234567" in text and "30.0%" in text
+
+
+def test_live_view_renders_before_and_during_a_run(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=100)
+    console.print(training.live_view(None, 120.0, tmp_path, time.time(), None))
+    record = {"step": 12, "loss": 5.4321, "lr": 0.02, "tokens_per_second": 12345.0, "mfu": 0.31,
+              "charged_seconds": 30.0, "startup": False}
+    console.print(training.live_view(record, 120.0, tmp_path, time.time(), 1.2345))
+    text = console.export_text()
+    assert "starting" in text and "5.4321" in text and "12,345" in text and "30.0 / 120 s" in text
+    assert "90.0 s" in text and "1.2345" in text and "31.0%" in text

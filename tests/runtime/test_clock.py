@@ -187,3 +187,16 @@ def test_matches_prepare_budget_accounting_exactly(prepare_module, tmp_path, mon
     ours = clock.summary()
     for key in ("startup_seconds", "excluded_seconds", "charged_seconds", "headroom_seconds", "over_budget"):
         assert ours[key] == theirs[key], key
+
+
+def test_process_start_time_is_in_the_past() -> None:
+    import sys
+    import time as time_module
+
+    from trnfrontier.runtime.clock import process_start_time
+
+    started = process_start_time()
+    if not sys.platform.startswith("linux"):
+        assert started is None
+        return
+    assert started is not None and 0 <= time_module.time() - started < 7 * 24 * 3600

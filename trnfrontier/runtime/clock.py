@@ -14,9 +14,26 @@ more of the longest recent steps plus ``checkpoint_reserve_seconds`` (the final 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
+
+
+def process_start_time() -> float | None:
+    """When this process started (epoch seconds), from /proc on Linux; None elsewhere.
+
+    The fallback start of the clock when prepare.py records none (its PROCESS_START_TIME
+    is preferred: that is what the organisers' accounting measures from)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5), counted after the ")" of the name
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 class BudgetClock:

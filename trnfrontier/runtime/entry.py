@@ -13,10 +13,15 @@ import json
 import sys
 from pathlib import Path
 
-from trnfrontier.runtime.trainer import EXIT_DIVERGED, train
+from trnfrontier.runtime.contract import load_prepare
 
 
 def main(argv: list[str] | None = None) -> int:
+    # prepare.py records PROCESS_START_TIME when it is imported and the budget clock runs
+    # from there: import it before torch and the model, as a kit train.py does at its top.
+    load_prepare()
+    from trnfrontier.runtime.trainer import EXIT_DIVERGED, train
+
     parser = argparse.ArgumentParser(prog="python -m trnfrontier.runtime.entry", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True, type=Path, help="the resolved recipe (JSON)")
     parser.add_argument("--out", required=True, type=Path, help="the run directory")

@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import devices, distributed
-from trnfrontier.runtime.clock import BudgetClock
+from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.contract import load_prepare, sha256_file
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
@@ -251,7 +251,7 @@ class Trainer:
             b["seconds"], b["startup_steps_excluded"], b["startup_allowance_cap_seconds"],
             b["checkpoint_reserve_seconds"],
             on_boundary=self.prepare.record_step_boundary,
-            start_time=getattr(self.prepare, "PROCESS_START_TIME", None),
+            start_time=getattr(self.prepare, "PROCESS_START_TIME", None) or process_start_time(),
             prior_charged_seconds=self.prior_charged, prior_excluded_seconds=self.prior_excluded,
         )
         loaders = self._make_loaders()
