@@ -6,11 +6,18 @@ y = relu2.relu2_fwd(x)          # x: a NumPy array -> y: a NumPy array
 """
 
 from .interpreter import HostTensor, InterpretedKernel, bf16, load_kernel_module
-from .machine import NkiInterpreterError, NkiLimitError, UninitializedReadError, round_bf16
+from .machine import (
+    LoopDependencyError,
+    NkiInterpreterError,
+    NkiLimitError,
+    UninitializedReadError,
+    round_bf16,
+)
 
 __all__ = [
     "HostTensor",
     "InterpretedKernel",
+    "LoopDependencyError",
     "NkiInterpreterError",
     "NkiLimitError",
     "UninitializedReadError",

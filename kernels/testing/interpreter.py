@@ -57,10 +57,12 @@ class InterpretedKernel:
         if machine.STATE.allocator is not None:
             raise machine.NkiInterpreterError("nested kernel calls are not modelled")
         machine.STATE.allocator = machine.Allocator()
+        machine.STATE.reset()
         try:
             result = self.fn(*[_to_hbm(a, i) for i, a in enumerate(args)], **kwargs)
         finally:
             machine.STATE.allocator = None
+            machine.STATE.reset()
         return _from_hbm(result)
 
 

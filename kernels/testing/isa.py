@@ -367,7 +367,8 @@ def nc_matmul(
     product = product.astype(np.float32)
     written = d.tensor.written[d.index]
     if accumulate is True:
-        product = d.read("nc_matmul accumulate") + product
+        # PSUM accumulation is the documented exception to affine_range independence
+        product = d.read("nc_matmul accumulate", loop_check=False) + product
     elif accumulate is None and written.any():
         previous = np.where(written, d.tensor.values[d.index], 0.0).astype(np.float32)
         product = previous + product

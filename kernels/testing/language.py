@@ -9,7 +9,7 @@ raises, so a kernel can't silently depend on something the interpreter does not 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -105,17 +105,20 @@ def ndarray(
     return machine.Tensor(shape, dtype, buffer, name=name or site.rsplit("/", 1)[-1])
 
 
-def affine_range(*args: int) -> range:
-    """Iterations without loop-carried dependencies; run in order here (see README)."""
-    return range(*args)
+def affine_range(*args: int) -> Iterator[int]:
+    """Iterations without loop-carried dependencies: run in order, and a read of what
+    another iteration wrote raises LoopDependencyError."""
+    return machine.STATE.loop(range(*args), affine=True)
 
 
-def sequential_range(*args: int) -> range:
-    return range(*args)
+def sequential_range(*args: int) -> Iterator[int]:
+    """Iterations that may carry values from one to the next, run in order."""
+    return machine.STATE.loop(range(*args), affine=False)
 
 
-def static_range(*args: int) -> range:
-    return range(*args)
+def static_range(*args: int) -> Iterator[int]:
+    """Unrolled at compile time; may carry values, run in order."""
+    return machine.STATE.loop(range(*args), affine=False)
 
 
 def ds(start: int, size: int) -> slice:

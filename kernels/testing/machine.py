@@ -22,6 +22,7 @@ allocator; one that does not fit here would not fit there either.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,9 @@ class Tensor:
         self.name = name
         self.values = np.zeros(self.shape, dtype=dtype.storage)
         self.written = np.zeros(self.shape, dtype=bool)
+        # loop context of each element's last write (see State.context_id), for the
+        # affine_range dependency check
+        self.writer = np.zeros(self.shape, dtype=np.int32)
 
     def __getitem__(self, index: Any) -> View:
         return View(self, ()).__getitem__(index)
@@ -216,12 +220,16 @@ class View:
     def buffer(self) -> Buffer:
         return self.tensor.buffer
 
-    def read(self, what: str = "") -> np.ndarray:
+    def read(self, what: str = "", loop_check: bool = True) -> np.ndarray:
         written = self.tensor.written[self.index]
         if not np.all(written):
             missing = int(np.size(written) - np.count_nonzero(written))
             raise UninitializedReadError(
                 f"{what or 'read'}: {missing} element(s) of {self.tensor!r} window {self.shape} were never written"
+            )
+        if loop_check and STATE.loops:
+            STATE.check_no_carried_dependency(
+                np.unique(self.tensor.writer[self.index]), what or "read", self.tensor
             )
         return np.array(
             self.tensor.values[self.index],
@@ -236,6 +244,7 @@ class View:
             )
         self.tensor.values[self.index] = cast(values, self.dtype)
         self.tensor.written[self.index] = True
+        self.tensor.writer[self.index] = STATE.context_id()
 
     def __repr__(self) -> str:
         return f"View({self.tensor!r}, shape={self.shape})"
@@ -293,10 +302,70 @@ class Allocator:
                 )
 
 
+class LoopDependencyError(NkiInterpreterError):
+    """An ``affine_range`` iteration read what another iteration of the same loop wrote.
+
+    ``affine_range`` promises independent iterations, so the compiler may reorder or
+    overlap them; only ``sequential_range``/``static_range`` loops may carry values.
+    (PSUM accumulation by ``nc_matmul`` is the documented exception and is not flagged.)
+    """
+
+
 class State:
-    """The interpreter state of the kernel call in progress (one at a time)."""
+    """The interpreter state of the kernel call in progress (one at a time).
+
+    ``loops`` is the stack of loops being run, each ``[token, iteration, affine]`` with a
+    token unique to that loop *instance*. Every write stamps its elements with the id of
+    the current stack (its context); a read inside an ``affine_range`` loop of elements
+    stamped by a different iteration of that same loop instance is a carried dependency.
+    """
 
     allocator: Allocator | None = None
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loops: list[list[Any]] = []
+        self.contexts: dict[tuple[tuple[int, int], ...], int] = {(): 0}
+        self.by_id: list[tuple[tuple[int, int], ...]] = [()]
+        self.next_token = 0
+
+    def context_id(self) -> int:
+        key = tuple((token, iteration) for token, iteration, _ in self.loops)
+        if key not in self.contexts:
+            self.contexts[key] = len(self.by_id)
+            self.by_id.append(key)
+        return self.contexts[key]
+
+    def check_no_carried_dependency(
+        self, writer_ids: np.ndarray, what: str, tensor: Tensor
+    ) -> None:
+        for writer_id in writer_ids.tolist():
+            writer = self.by_id[writer_id]
+            for level, (token, iteration, affine) in enumerate(self.loops):
+                if level >= len(writer) or writer[level][0] != token:
+                    break
+                if writer[level][1] != iteration:
+                    if affine:
+                        raise LoopDependencyError(
+                            f"{what}: iteration {iteration} of an affine_range loop reads {tensor!r} "
+                            f"written by iteration {writer[level][1]}; use nl.sequential_range for a "
+                            "loop-carried value"
+                        )
+                    break
+
+    def loop(self, iterations: range, affine: bool) -> Iterator[int]:
+        self.next_token += 1
+        frame = [self.next_token, -1, affine]
+        self.loops.append(frame)
+        try:
+            for i in iterations:
+                frame[1] = i
+                yield i
+        finally:
+            if self.loops and self.loops[-1] is frame:
+                self.loops.pop()
 
 
 STATE = State()

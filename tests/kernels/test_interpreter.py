@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kernels.testing import (
+    LoopDependencyError,
     NkiInterpreterError,
     NkiLimitError,
     UninitializedReadError,
@@ -383,3 +384,62 @@ def test_operator_called_on_tiles_is_not_modelled(tmp_path: Path) -> None:
 def test_patches_must_match_exactly_once() -> None:
     with pytest.raises(ValueError, match="matches 0 times"):
         load_kernel_module("relu2", [("no such text", "x")])
+
+
+def _accumulating_kernel(tmp_path: Path, loop: str):
+    return _kernel(
+        tmp_path,
+        f"""
+def kern(x):
+    acc = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    ones = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=ones, value=1.0)
+    total = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.psum)
+    for j in {loop}(x.shape[1]):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t[:, j : j + 1], op=nl.add)
+        nisa.nc_matmul(dst=total, stationary=ones, moving=t[:, j : j + 1])
+    both = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=both[:, 0:1], src=acc)
+    bcast = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=bcast, src=total)
+    nisa.tensor_copy(dst=both[0:1, 1:2], src=bcast)
+    nisa.memset(dst=both[1:, 1:2], value=0.0)
+    out = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=both)
+    return out
+""",
+        name=loop.replace(".", "_"),
+    )
+
+
+def test_loop_carried_value_needs_a_sequential_loop(tmp_path: Path) -> None:
+    got = _accumulating_kernel(tmp_path, "nl.sequential_range")(X)
+    np.testing.assert_allclose(got[:, 0], X.sum(axis=1), rtol=1e-6)
+    assert got[0, 1] == pytest.approx(X.sum())  # PSUM accumulation over the loop
+    with pytest.raises(LoopDependencyError, match="iteration 1 of an affine_range loop"):
+        _accumulating_kernel(tmp_path, "nl.affine_range")(X)
+
+
+def test_psum_accumulation_across_affine_iterations_is_allowed(tmp_path: Path) -> None:
+    kern = _kernel(
+        tmp_path,
+        """
+def kern(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    ones = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=ones, value=1.0)
+    total = nl.ndarray((1, x.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(2):
+        nisa.nc_matmul(dst=total, stationary=ones, moving=t)
+    s = nl.ndarray((1, x.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=s, src=total)
+    out = nl.ndarray((1, x.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=s)
+    return out
+""",
+    )
+    np.testing.assert_allclose(kern(X)[0], 2 * X.sum(axis=0), rtol=1e-6)

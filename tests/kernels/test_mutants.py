@@ -6,7 +6,10 @@ refactor of the kernel that removes the patched line fails here loudly, not sile
 
 - attention with an off-by-one causal mask (each query also sees the next key): the
   bug that gave a team a val_bpb of 0.0015;
-- relu2 / rmsnorm tiled over 256 partitions (the hardware has 128).
+- relu2 / rmsnorm tiled over 256 partitions (the hardware has 128);
+- cross-entropy's vocabulary loop, which carries the running max and sum from chunk to
+  chunk, declared ``affine_range`` (independent iterations): correct when run in order,
+  wrong once the compiler overlaps the iterations.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.testing import NkiLimitError, load_kernel_module
+from kernels.testing import LoopDependencyError, NkiLimitError, load_kernel_module
 from trnfrontier.runtime.kernels import references
 
 CAUSAL_OFF_BY_ONE = [("offset=q0 - k0,", "offset=q0 - k0 + 1,")]
@@ -68,3 +71,18 @@ def test_tile_over_128_partitions_is_rejected(name: str) -> None:
             mutant.relu2_fwd(x)
         else:
             mutant.rmsnorm_fwd(x, 1e-6)
+
+
+def test_carried_softmax_state_in_an_affine_loop_is_rejected() -> None:
+    patch = [
+        (
+            "for c0 in nl.static_range(0, v, VCHUNK):  # loop-carried",
+            "for c0 in nl.affine_range(0, v, VCHUNK):  # loop-carried",
+        )
+    ]
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((20, 1100)).astype(np.float32)
+    t = rng.integers(0, 1100, (20, 1)).astype(np.float32)
+    load_kernel_module("cross_entropy").cross_entropy_fwd(z, t, 15.0)  # the shipped kernel is fine
+    with pytest.raises(LoopDependencyError, match="affine_range"):
+        load_kernel_module("cross_entropy", patch).cross_entropy_fwd(z, t, 15.0)
