@@ -24,7 +24,7 @@ from trnfrontier.profiling import flops, phases
 from trnfrontier.recipes import Recipe
 from trnfrontier.runtime import devices
 from trnfrontier.runtime.model import GPT, GPTConfig
-from trnfrontier.runtime.optim import apply_schedule, build_optimizers
+from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
 
 # Bytes per parameter a step holds besides activations: fp32 weight and gradient, AdamW's
@@ -46,6 +46,7 @@ class Setup:
     accum: int
     batch_size: int
     seq_len: int
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     step: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -148,8 +149,15 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
             raise does_not_fit(recipe, spec.name, str(exc).splitlines()[0][:160]) from None
         raise
     batches, source = _batches(recipe, spec.device, notes)
+    loss_fn = model.loss
+    if recipe.runtime.compile:
+        # As the trainer does; compilation happens in the warm-up steps, which are not timed.
+        loss_fn = torch.compile(model.loss, backend="neuron" if spec.type == "neuron" else "inductor")
+        notes.append("runtime.compile: the loss is torch.compile'd; compilation falls in the warm-up steps")
     accum = recipe.data.total_batch_tokens // (recipe.data.batch_size * recipe.model.sequence_len * recipe.runtime.nproc) if recipe.data.total_batch_tokens else 1
-    return Setup(recipe, spec, model, optimizers, batches, source, max(1, accum), recipe.data.batch_size, recipe.model.sequence_len, notes=notes)
+    return Setup(
+        recipe, spec, model, optimizers, batches, source, max(1, accum), recipe.data.batch_size, recipe.model.sequence_len, loss_fn, notes=notes
+    )
 
 
 def _schedule(setup: Setup) -> None:
@@ -162,25 +170,32 @@ def _schedule(setup: Setup) -> None:
 
 
 def train_step(setup: Setup, timer: phases.PhaseTimer | None = None) -> None:
-    """One optimizer step (``accum`` micro-batches), phase-timed when ``timer`` is given."""
+    """One optimizer step (``accum`` micro-batches) as the trainer takes it, phase-timed
+    when ``timer`` is given."""
     phase = timer.phase if timer is not None else _untimed
-    model, spec = setup.model, setup.spec
+    spec = setup.spec
+    loss_sum = torch.zeros((), device=spec.device)
     for _ in range(setup.accum):
         with phase("data"):
             inputs, targets = next(setup.batches)
         with phase("forward"):
             with devices.autocast(spec.device, spec.dtype):
-                loss = model.loss(inputs, targets) / setup.accum
+                loss = setup.loss_fn(inputs, targets)
         with phase("backward"):
-            loss.backward()
+            (loss / setup.accum).backward()
+            loss_sum += loss.detach().float()
     # No collective in a single process: the phase exists so a DDP profile has a place for it.
     with phase("communication"):
         pass
     with phase("optimizer"):
+        # The trainer reads the loss every step (its divergence check): a host sync it pays.
+        float(loss_sum.item())
+        clip_grad_norm(setup.model.parameters(), setup.recipe.optim.grad_clip)
         _schedule(setup)
         for opt in setup.optimizers:
             opt.step()
-    model.zero_grad(set_to_none=True)
+    for opt in setup.optimizers:
+        opt.zero_grad(set_to_none=True)
     setup.step += 1
 
 
