@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_app import run_cli
-from tests.packaging.conftest import TINY
+from tests.runtime.test_trainer import TINY
 from trnfrontier import submission as fmt
 from trnfrontier.verify import Options, verify_archive
 

@@ -9,20 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trnfrontier.recipes.loading import apply_overrides, parse_overrides, read_recipe_file, validate_recipe
+from tests.runtime.test_trainer import TINY, tiny_recipe
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = [
-    "model.depth=1", "model.n_embd=64", "model.head_dim=32", "model.n_kv_head=1", "model.sequence_len=32",
-    "data.batch_size=4", "runtime.threads=1", "runtime.device=cpu", "eval.tokens=2048", "eval.seq_len=32",
-    "eval.batch_size=8", "run.log_every_steps=1", "run.checkpoint_every_seconds=null",
-    "budget.startup_steps_excluded=2", "budget.max_steps=4",
-]
-
-
-def tiny_recipe(*extra: str) -> dict:
-    data = apply_overrides(read_recipe_file(REPO / "recipes" / "cpu_smoke.yaml"), parse_overrides([*TINY, *extra]))
-    return validate_recipe(data, "test").model_dump(mode="json")
+__all__ = ["TINY", "edit_summary", "tiny_recipe"]
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +21,7 @@ def tiny_run(sample_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
     threads = torch.get_num_threads()
     run = tmp_path_factory.mktemp("packaging") / "tiny"
-    recipe = tiny_recipe()
+    recipe = tiny_recipe("budget.max_steps=4")
     try:
         summary = train(recipe, run)
     finally:

@@ -168,3 +168,31 @@ def test_packaged_train_py_dry_runs_in_the_clean_environment(tiny_run: Path, tmp
     assert result.passed, result.reason
     summary = json.loads((work / "run" / "out" / "run" / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps" and summary["val_bpb"] is None
+
+
+def _with_kernels(run: Path) -> Path:
+    recipe = json.loads((run / "recipe.json").read_text())
+    recipe["kernels"]["relu2"] = "auto"
+    (run / "recipe.json").write_text(json.dumps(recipe))
+    return run
+
+
+def test_recipe_kernels_ship_with_the_runtime_dispatch(run_copy: Path, tmp_path: Path) -> None:
+    members = _members(package_run(_with_kernels(run_copy), tmp_path / "s.tar", force=True).archive)
+    assert members["kernels/relu2.py"] == (REPO / "kernels" / "relu2.py").read_bytes()
+    assert not [n for n in members if n.startswith("kernels/") and n != "kernels/relu2.py"]
+    assert {"trnfrontier/runtime/kernels/__init__.py", "trnfrontier/runtime/kernels/select.py", "trnfrontier/runtime/kernels/backend.py"} <= set(members)
+    assert b"use_kernels(recipe[\"kernels\"]" in members["train.py"]
+    assert "relu2" in members[fmt.WRITEUP].decode().split("NKI kernels |")[1].splitlines()[0]
+    with pytest.raises(TrnfError, match="--single-file cannot inline NKI kernels"):
+        package_run(run_copy, tmp_path / "t.tar", single_file=True, force=True)
+
+
+@pytest.mark.slow
+def test_kernel_recipe_dry_runs_on_cpu_with_the_reference_fallback(run_copy: Path, tmp_path: Path) -> None:
+    archive = package_run(_with_kernels(run_copy), tmp_path / "s.tar", force=True).archive
+    root = tmp_path / "x"
+    names = _extract(archive, root)
+    (tmp_path / "work").mkdir()
+    result = dry_run(root, names, tmp_path / "work", nproc=1, lnc=2, prepare=REPO / "prepare.py", steps=2, timeout=300)
+    assert result.passed, result.reason

@@ -234,7 +234,7 @@ def package_run(run_dir: Path, out: Path, *, writeup: Path | None = None, single
     team_text = read_team_text(writeup)
     recipe, summary = run.recipe, run.summary
     params, non_finite = checkpoint_params(run.final_dir / ckpt.MODEL_FILE)
-    reasons = refusal_reasons(run, load_pins(pins_file), non_finite)
+    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite, unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it")
     launch = launch_for(recipe["runtime"])
 
     members: dict[str, Path | bytes] = {

@@ -38,7 +38,7 @@ from trnfrontier.packaging.build import (
     versions,
     write_archive,
 )
-from trnfrontier.packaging.run import checkpoint_params, pin_problems, read_json
+from trnfrontier.packaging.run import checkpoint_params, read_json, refusal_reasons
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime.trainer import METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE
 from trnfrontier.verify.pins import load_pins
@@ -205,16 +205,8 @@ def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out
         summary.setdefault(key, value)
     members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
 
-    reasons = []
-    if summary.get("over_budget"):
-        reasons.append(f"over budget: charged {float(summary.get('charged_seconds') or 0):.1f} s")
-    if summary.get("status") not in (None, "completed"):
-        reasons.append(f"run status is {summary.get('status')!r}, not 'completed'")
-    if non_finite:
-        reasons.append(f"NaN/inf in the checkpoint ({', '.join(non_finite[:3])})")
-    if summary.get("val_bpb") is None:
-        reasons.append("no measured val_bpb: pass --run-dir with a kit run whose summary has one, or --val-bpb-from-eval")
-    reasons += pin_problems(summary.get("prepare_sha256"), summary.get("tokenizer_sha256"), load_pins(pins_file))
+    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite,
+                              unmeasured="pass --val-bpb-from-eval, or --run-dir with a summary that has one")
     over = size_problems(members)
     if over:
         raise TrnfError(over[0])

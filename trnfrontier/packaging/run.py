@@ -100,13 +100,17 @@ def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list
     return reasons
 
 
-def refusal_reasons(run: RunDir, pins: Pins, non_finite: list[str]) -> list[str]:
-    """Why this run should not be submitted; each reason can be overridden with --force."""
-    s = run.summary
+def refusal_reasons(summary: dict[str, Any], pins: Pins, non_finite: list[str], *, unmeasured: str) -> list[str]:
+    """Why a run should not be submitted (each can be overridden with --force).
+
+    ``summary`` is a run's summary.json (a kit run's may lack keys: absent means unknown,
+    not bad, except val_bpb, whose absence ``unmeasured`` explains how to fix).
+    """
+    s = summary
     reasons = []
     if s.get("over_budget"):
         reasons.append(f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or 1800):g}")
-    if s.get("status") != "completed":
+    if s.get("status") not in (None, "completed"):
         step = f" at step {s['diverged_step']}" if s.get("diverged_step") else ""
         reasons.append(f"run status is {s.get('status')!r}{step}, not 'completed'")
     if s.get("final_loss") is not None and not _finite(s.get("final_loss")):
@@ -114,7 +118,7 @@ def refusal_reasons(run: RunDir, pins: Pins, non_finite: list[str]) -> list[str]
     if non_finite:
         reasons.append(f"NaN/inf in the final checkpoint ({', '.join(non_finite[:3])})")
     if s.get("val_bpb") is None:
-        reasons.append("no measured val_bpb in summary.json (the run had eval.final off; run `trnf eval` on it)")
+        reasons.append(f"no measured val_bpb ({unmeasured})")
     elif not _finite(s.get("val_bpb")):
         reasons.append(f"val_bpb is {s.get('val_bpb')}")
     reasons += pin_problems(s.get("prepare_sha256"), s.get("tokenizer_sha256"), pins)
