@@ -216,13 +216,15 @@ def generate(
 
 
 def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        from trnfrontier.runtime.devices import resolve_device
+    """``auto``/``cpu``/``cuda``/``neuron`` as the trainer resolves them (importing
+    torch-neuronx registers ``neuron``); an indexed name (``cuda:1``) as torch reads it."""
+    from trnfrontier.runtime import devices
 
-        return torch.device(resolve_device("auto"))
     try:
+        if name in ("auto", "cpu", "cuda", "neuron"):
+            return devices.resolve_device(name)
         device = torch.device(name)
-    except RuntimeError as exc:
+    except (devices.DeviceError, RuntimeError) as exc:
         raise WorkerError("usage", f"--device {name}: {exc}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise WorkerError("usage", f"--device {name}: CUDA is not available on this machine")
@@ -283,7 +285,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     vocab_size = tokenizer.get_vocab_size()
     seq_len = int(spec["seq_len"])
     try:
-        result["causality"] = {k: v for k, v in prepare.causality_check(model, vocab_size=vocab_size, seq_len=seq_len, device=device).items()}
+        result["causality"] = dict(prepare.causality_check(model, vocab_size=vocab_size, seq_len=seq_len, device=device))
         result["batch_independence"] = batch_independence_check(model, vocab_size, seq_len, device)
         score = prepare.evaluate_bpb(
             model,
