@@ -112,3 +112,15 @@ def test_missing_dataset_is_a_clear_line(tmp_path: Path, capsys, monkeypatch) ->
     code, _, err = run_cli(["train", "cpu_smoke"], capsys)
     assert code == 1 and "trnf prepare" in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_crash_in_the_worker_is_reported_with_its_log(sample_home: Path, tmp_path: Path, capsys) -> None:
+    # An eval context longer than the whole validation split: training completes, then the
+    # trusted evaluate_bpb refuses, and the worker dies with that error.
+    run = tmp_path / "run"
+    code, out, err = run_cli(["train", "cpu_smoke", *TINY, "budget.max_steps=2", "eval.seq_len=1000000", "--out", str(run)], capsys)
+    assert code == 1
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "crashed" and "fewer than one row" in summary["error"]
+    assert "training crashed" in err and "train.log" in err and "fewer than one row" in err  # the log tail, then one line
+    assert err.strip().splitlines()[-1].startswith("trnf: error: training crashed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
@@ -15,6 +16,7 @@ from trnfrontier.training import (
     run_plan,
     split_overrides,
     summary_table,
+    tail_log,
 )
 
 
@@ -55,4 +57,6 @@ def command(
         out().print(summary_table(summary))
     problem = failure_message(summary, plan.run_dir)
     if problem is not None:
+        if summary.get("status") == "crashed":
+            err().print(Text(tail_log(plan.run_dir), style="dim"))  # the worker's last words
         raise TrnfError(problem)

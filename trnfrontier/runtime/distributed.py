@@ -52,8 +52,8 @@ def init(device: torch.device, info: DistInfo) -> None:
     if not info.is_distributed or dist.is_initialized():
         return
     kwargs = {}
-    if device.type in ("cuda", "neuron"):
-        kwargs["device_id"] = device  # binds the group to this rank's device (no guessing)
+    if device.type == "cuda":
+        kwargs["device_id"] = device  # binds NCCL to this rank's GPU (no guessing)
     dist.init_process_group(backend=backend_for(device.type), timeout=INIT_TIMEOUT, **kwargs)
 
 
