@@ -3,31 +3,38 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.runtime.test_trainer import TINY, tiny_recipe
+
+REPO = Path(__file__).resolve().parents[2]
 
 __all__ = ["TINY", "edit_summary", "tiny_recipe"]
 
 
 @pytest.fixture(scope="session")
 def tiny_run(sample_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runs/<name> of a 4-step cpu_smoke-shaped run with a small final evaluation (read-only: copy to edit)."""
-    from trnfrontier.runtime.trainer import train
+    """runs/<name> of a 4-step cpu_smoke-shaped run with a small final evaluation (read-only: copy to edit).
 
-    threads = torch.get_num_threads()
+    Trained by the runtime's entry point in a fresh process, as `trnf train` does: the
+    budget clock starts with that process, not with this (possibly long) test session.
+    """
     run = tmp_path_factory.mktemp("packaging") / "tiny"
+    run.mkdir()
     recipe = tiny_recipe("budget.max_steps=4")
-    try:
-        summary = train(recipe, run)
-    finally:
-        torch.set_num_threads(threads)
-    assert summary["status"] == "completed" and summary["val_bpb"] is not None
     (run / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRNF_PREPARE": str(REPO / "prepare.py")}
+    done = subprocess.run([sys.executable, "-m", "trnfrontier.runtime.entry", "--recipe", str(run / "recipe.json"), "--out", str(run)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["val_bpb"] is not None and not summary["over_budget"]
     return run
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.packaging.conftest import edit_summary
+from tests.verify import verify_kit
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError
 from trnfrontier.packaging.build import package_run
@@ -128,6 +129,12 @@ def test_refusals_and_force(run_copy: Path, tmp_path: Path, changes: dict, messa
     forced = result.manifest["forced"]
     assert any(message in reason for reason in forced)
     assert message in _members(out)[fmt.WRITEUP].decode()
+
+
+def test_over_budget_by_the_step_log_alone_is_refused(run_copy: Path, tmp_path: Path) -> None:
+    (run_copy / "step_boundaries.jsonl").write_text(verify_kit.step_log([20.0, 30.0, 40.0, 50.0, 60.0, 1000.0, 2000.0]))
+    with pytest.raises(TrnfError, match="over budget by prepare.budget_accounting"):
+        package_run(run_copy, tmp_path / "s.tar")
 
 
 def test_no_final_checkpoint_is_refused_even_with_force(run_copy: Path, tmp_path: Path) -> None:

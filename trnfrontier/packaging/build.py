@@ -157,7 +157,7 @@ def write_archive(members: dict[str, Path | bytes], meta: dict[str, Any], out: P
         files: dict[str, Path] = {}
         for name, source in sorted(members.items()):
             if isinstance(source, bytes):
-                staged = Path(tmp) / name.replace("/", "__")
+                staged = Path(tmp) / f"{len(files):04d}.bin"
                 staged.write_bytes(source)
                 files[name] = staged
             else:
@@ -234,7 +234,8 @@ def package_run(run_dir: Path, out: Path, *, writeup: Path | None = None, single
     team_text = read_team_text(writeup)
     recipe, summary = run.recipe, run.summary
     params, non_finite = checkpoint_params(run.final_dir / ckpt.MODEL_FILE)
-    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite, unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it")
+    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite, step_log=run.step_log,
+                              unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it")
     launch = launch_for(recipe["runtime"])
 
     members: dict[str, Path | bytes] = {

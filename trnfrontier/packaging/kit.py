@@ -205,7 +205,8 @@ def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out
         summary.setdefault(key, value)
     members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
 
-    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite,
+    step_log = members[fmt.STEP_LOG]
+    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite, step_log=step_log if isinstance(step_log, Path) else None,
                               unmeasured="pass --val-bpb-from-eval, or --run-dir with a summary that has one")
     over = size_problems(members)
     if over:

@@ -17,6 +17,7 @@ from typing import Any
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, STEP_LOG_FILE, SUMMARY_FILE
+from trnfrontier.verify.budget import BudgetLogError, account
 from trnfrontier.verify.checkpoint import CheckpointError, scan_safetensors
 from trnfrontier.verify.pins import Pins
 
@@ -100,16 +101,37 @@ def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list
     return reasons
 
 
-def refusal_reasons(summary: dict[str, Any], pins: Pins, non_finite: list[str], *, unmeasured: str) -> list[str]:
+def log_budget_reason(step_log: Path) -> str | None:
+    """Why the step-boundary log fails the organisers' accounting (as verify computes it), or None."""
+    from trnfrontier.contract import load_contract
+
+    try:
+        prepare = load_contract().module
+    except TrnfError:
+        prepare = None  # verify's documented formula then
+    try:
+        accounting, how = account(step_log, prepare)
+    except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
+        return f"step-boundary log unusable ({exc})"
+    if accounting["over_budget"]:
+        return f"over budget by {how}: charged {float(accounting['charged_seconds']):.1f} s"
+    return None
+
+
+def refusal_reasons(summary: dict[str, Any], pins: Pins, non_finite: list[str], *, unmeasured: str,
+                    step_log: Path | None = None) -> list[str]:
     """Why a run should not be submitted (each can be overridden with --force).
 
     ``summary`` is a run's summary.json (a kit run's may lack keys: absent means unknown,
-    not bad, except val_bpb, whose absence ``unmeasured`` explains how to fix).
+    not bad, except val_bpb, whose absence ``unmeasured`` explains how to fix). The
+    step-boundary log, when given, is accounted as verify will account it.
     """
     s = summary
     reasons = []
     if s.get("over_budget"):
         reasons.append(f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or 1800):g}")
+    elif step_log is not None and (reason := log_budget_reason(step_log)):
+        reasons.append(reason)
     if s.get("status") not in (None, "completed"):
         step = f" at step {s['diverged_step']}" if s.get("diverged_step") else ""
         reasons.append(f"run status is {s.get('status')!r}{step}, not 'completed'")

@@ -50,7 +50,6 @@ _RESERVED = {
     "effective_recipe": "dry-run/device adjustments",
     "publish_final": "checkpoint publication",
     "main": "the entry point",
-    "copy": "module import",
 }
 
 _BODY = '''
@@ -183,7 +182,7 @@ def render_train_py(recipe: dict[str, Any], mode: Mode, purpose: str = "a trnfro
         )
     merged = flatten(RUNTIME_DIR, RUNTIME_PACKAGE, _ROOTS, _RESERVED)
     glue = (
-        f"\n\n# {'-' * 20} train.py {'-' * 20}\n\nimport copy\n"
+        f"\n\n# {'-' * 20} train.py {'-' * 20}\n\nimport copy\nimport os\nimport shutil\nimport sys\nfrom pathlib import Path\n"
         "# load_for_eval(checkpoint_path, device) is the runtime's, defined above (checkpoint.py).\n"
     )
     return head + merged.source + glue + _body(recipe, load_for_eval="\n", kernels=False)
