@@ -30,13 +30,36 @@ def test_sha256_file_matches_hashlib(tmp_path: Path) -> None:
     assert sha256_file(path, chunk_size=4096) == hashlib.sha256(data).hexdigest()
 
 
-def test_load_prepare_by_path_registers_the_module(tmp_path: Path, restore_prepare_module: None) -> None:
+def test_load_prepare_by_path_imports_it_as_prepare(tmp_path: Path, restore_prepare_module: None) -> None:
     other = tmp_path / "prepare.py"
     other.write_text("TRAIN_TIME_BUDGET_SECONDS = 1800\nMARK = 'organisers'\n")
+    sys.modules.pop("prepare", None)
     module = load_prepare(other)
     assert module.MARK == "organisers"
     assert sys.modules["prepare"] is module
     assert load_prepare(other) is module  # loaded once per process
+    import prepare
+
+    assert prepare is module
+
+
+def test_runtime_refuses_a_second_contract_in_one_process(tmp_path: Path, restore_prepare_module: None) -> None:
+    first, second = tmp_path / "a" / "prepare.py", tmp_path / "b" / "prepare.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text("X = 1\n")
+    sys.modules.pop("prepare", None)
+    load_prepare(first)
+    with pytest.raises(ImportError, match="different prepare.py"):
+        load_prepare(second)
+
+
+def test_contract_file_must_be_named_prepare(tmp_path: Path, restore_prepare_module: None) -> None:
+    odd = tmp_path / "organisers_prepare.py"
+    odd.write_text("X = 1\n")
+    sys.modules.pop("prepare", None)
+    with pytest.raises(ImportError, match="must be named prepare.py"):
+        load_prepare(odd)
 
 
 def test_load_contract_uses_env_and_reports_sha(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_prepare_module: None) -> None:

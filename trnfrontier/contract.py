@@ -8,12 +8,13 @@ score the tool prints.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from trnfrontier.errors import TrnfError
-from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, sha256_file
+from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, module_file, sha256_file
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -58,6 +59,11 @@ class TrustedContract:
 def load_contract() -> TrustedContract:
     """Load the selected prepare.py (once per process) with its SHA256."""
     path = selected_prepare_path()
+    loaded = sys.modules.get("prepare")
+    if loaded is not None and module_file(loaded) != path:
+        # The tool (unlike a submission's runtime) may switch contracts within one process,
+        # e.g. `trnf --prepare OTHER` after the project's prepare.py was imported.
+        del sys.modules["prepare"]
     try:
         module = load_prepare(path)
     except SyntaxError as exc:
