@@ -124,3 +124,16 @@ def test_a_crash_in_the_worker_is_reported_with_its_log(sample_home: Path, tmp_p
     assert summary["status"] == "crashed" and "fewer than one row" in summary["error"]
     assert "training crashed" in err and "train.log" in err and "fewer than one row" in err  # the log tail, then one line
     assert err.strip().splitlines()[-1].startswith("trnf: error: training crashed")
+
+
+def test_kit_only_flags_are_refused_for_recipe_runs(sample_home: Path, tmp_path: Path, capsys) -> None:
+    for flags in (["--timeout", "5"], ["--dry-run"], ["--steps", "3"]):
+        code, _, err = run_cli(["train", "cpu_smoke", *flags, "--out", str(tmp_path / "r")], capsys)
+        assert code == 2 and "--train-py" in err, flags
+    code, _, err = run_cli(["train", "--train-py", str(tmp_path / "train.py"), "--resume", str(tmp_path)], capsys)
+    assert code == 2 and "--resume" in err
+
+
+def test_lnc_sets_runtime_lnc(sample_home: Path, tmp_path: Path, capsys) -> None:
+    code, _, err = run_cli(["train", "cpu_smoke", "--lnc", "3", "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and "runtime.lnc" in err
