@@ -79,11 +79,12 @@ def _kit_train_py(directory: Path, body: str = KIT_MODELS["causal"], extra: str 
 
             def load_for_eval(checkpoint_path, device):
                 return Lookup().to(device).eval()
-            {extra}
+
             if __name__ == "__main__":
                 raise SystemExit("the evaluator must not run __main__")
             """
         )
+        + extra
     )
     (directory / "final.pt").write_bytes(b"unused by this loader")
     return path

@@ -106,6 +106,8 @@ def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[It
 
         prepare = load_contract().module
         tokenizer = prepare.ensure_tokenizer()
+        if tokenizer.get_vocab_size() != recipe.model.vocab_size:
+            raise ValueError(f"model.vocab_size={recipe.model.vocab_size} but the prepared tokenizer has {tokenizer.get_vocab_size()}")
         loader = prepare.make_dataloader(tokenizer, B, T, "train", device=device)
 
         def real() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -114,7 +116,7 @@ def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[It
 
         return real(), "prepare.make_dataloader (train split)"
     except Exception as exc:  # noqa: BLE001 - no prepared data is a normal state for profiling
-        notes.append(f"data: random tokens (no prepared dataset: {str(exc).splitlines()[0][:120]}); run `trnf prepare` to time the real loader")
+        notes.append(f"data: random tokens, not the prepared data ({str(exc).splitlines()[0][:160]}); the loader is not timed")
 
     vocab = recipe.model.vocab_size
     generator = torch.Generator().manual_seed(recipe.runtime.seed)
