@@ -200,9 +200,12 @@ def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out
         raise TrnfError(f"no step-boundary log ({where}): pass --run-dir with the run of `trnf train --train-py`, whose log proves the budget")
     members.setdefault(fmt.METRICS_LOG, b"")
     if val_bpb_from_eval:
-        summary = {**summary, **_measure(train_py, Path(checkpoint))}
-    for key, value in _default_hashes().items():
-        summary.setdefault(key, value)
+        measured = _measure(train_py, Path(checkpoint))
+        # The run's own record of its prepare.py wins: the pins are about what trained.
+        summary = {**summary, **measured, "prepare_sha256": summary.get("prepare_sha256") or measured["prepare_sha256"]}
+    if not summary.get("prepare_sha256") or not summary.get("tokenizer_sha256"):
+        for key, value in _default_hashes().items():
+            summary[key] = summary.get(key) or value
     members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
 
     step_log = members[fmt.STEP_LOG]
