@@ -143,15 +143,6 @@ def build_trnf_model(config: dict[str, Any], state: dict[str, torch.Tensor], dev
     return model
 
 
-def meta_beside(checkpoint: Path) -> dict[str, Any] | None:
-    """A kit checkpoint's meta.json, when `trnf train` wrote one beside it (final/meta.json)."""
-    candidate = checkpoint / "meta.json" if checkpoint.is_dir() else checkpoint.with_name("meta.json")
-    try:
-        return json.loads(candidate.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 # ----------------------------------------------------------------------------- checks
 
 
@@ -259,7 +250,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     if spec.get("train_py"):
         checkpoint = Path(spec["checkpoint"])
-        meta = meta_beside(checkpoint)
+        # A kit checkpoint has no trnf reader; `trnf eval` passes the SHA256s of the
+        # meta.json `trnf train` wrote beside it, when there is one.
+        meta = spec.get("recorded_shas")
     else:
         checkpoint = Path(spec["path"])
         config, state, meta = read_trnf_checkpoint(checkpoint)

@@ -111,7 +111,8 @@ def _is_final(path: Path, run_dir: Path) -> bool:
 
 
 def recorded_settings(path: Path) -> dict[str, Any]:
-    """The eval length/context/batch the trainer used for this checkpoint's run, and its score."""
+    """The eval length/context/batch the trainer used for this checkpoint's run, its score,
+    and the SHA256s recorded with the checkpoint."""
     found: dict[str, Any] = {}
     run_dir = _run_dir(path)
     summary = _read_json(run_dir / SUMMARY_FILE) if run_dir else None
@@ -127,6 +128,8 @@ def recorded_settings(path: Path) -> dict[str, Any]:
             found[f"{key}_source"] = "recipe recorded with the checkpoint"
     if summary and run_dir is not None and _is_final(path, run_dir) and summary.get("val_bpb") is not None:
         found["recorded_val_bpb"] = summary["val_bpb"]
+    if meta:
+        found["shas"] = {key: meta.get(key) for key in ("prepare_sha256", "tokenizer_sha256")}
     return found
 
 
@@ -162,6 +165,7 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> dict[str,
         "temperature": options.temperature,
         "threads": options.threads,
         "recorded_val_bpb": recorded.get("recorded_val_bpb"),
+        "recorded_shas": recorded.get("shas") if target.train_py else None,
     }
 
 
