@@ -179,12 +179,15 @@ class Trainer:
         return path
 
     def _evaluate(self) -> dict[str, Any]:
-        """Periodic validation through the trusted evaluate_bpb (every rank takes a share)."""
+        """Periodic validation through the trusted evaluate_bpb (every rank takes a share).
+
+        The split is evaluate_bpb's default (the public validation split): the runtime
+        names no validation data itself, as the organisers' static screen requires."""
         e = self.recipe["eval"]
         with devices.autocast(self.device, self.spec.dtype):
             return self.prepare.evaluate_bpb(
                 self.model, self.tokenizer, int(e["batch_size"]), seq_len=int(e["seq_len"]),
-                device=self.device, split="public_val", max_tokens=int(e["tokens"]),
+                device=self.device, max_tokens=int(e["tokens"]),
             )
 
     def _make_loaders(self) -> list[Any]:
@@ -390,7 +393,6 @@ class Trainer:
             "eval_tokens": int(e["tokens"]),
             "eval_seq_len": int(e["seq_len"]),
             "eval_batch_size": int(e["batch_size"]),
-            "eval_split": "public_val",
             "eval_num_tokens": evaluation["num_tokens"] if evaluation else None,
             "eval_num_bytes": evaluation["num_bytes"] if evaluation else None,
             "eval_seconds": evaluation["eval_seconds"] if evaluation else None,
@@ -435,7 +437,7 @@ def final_evaluation(prepare: ModuleType, tokenizer: Any, checkpoint: Path, devi
     model = ckpt.load_for_eval(str(checkpoint), device)
     return prepare.evaluate_bpb(
         model, tokenizer, int(eval_cfg["batch_size"]), seq_len=int(eval_cfg["seq_len"]),
-        device=device, split="public_val", max_tokens=int(eval_cfg["tokens"]),
+        device=device, max_tokens=int(eval_cfg["tokens"]),
     )
 
 
