@@ -113,12 +113,14 @@ def test_final_checkpoint_scores_match_and_sort(sample_home: Path, tmp_path: Pat
         assert r["num_tokens"] > 0 and r["params"] > 0 and r["seq_len"] == 64
 
 
-def test_table_is_sorted_with_short_hashes(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_is_sorted_with_short_hashes_and_failures_last(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     better = _save_run(tmp_path / "better", head_std=0.0)
     poorer = _save_run(tmp_path / "poorer", head_std=1.0)
-    code, out, _ = run_cli(["eval", str(poorer), str(better), *FAST], capsys)
-    assert code == 0
-    assert out.index(str(better)) < out.index(str(poorer))
+    missing = tmp_path / "missing"
+    code, out, err = run_cli(["eval", str(missing), str(poorer), str(better), *FAST], capsys)
+    assert code == 1  # one path failed; the others are still scored and ranked
+    assert out.index(str(better)) < out.index(str(poorer)) < out.index(str(missing))
+    assert "ERROR" in out and f"{missing}: no such file" in err and "Traceback" not in err
     prepare_sha, tokenizer_sha = _current_shas()
     assert prepare_sha[:12] in out and prepare_sha not in out
     assert tokenizer_sha[:12] in out
