@@ -26,20 +26,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def best_of(repeats: int, work: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
+# The fastest of N runs, shared with the data benchmark (benchmarks/ is on sys.path when run as a script).
+from bench_data import best_of
 
 
 def main() -> int:
