@@ -8,6 +8,7 @@ what trains.
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
 import sys
@@ -101,6 +102,8 @@ def check_fits(recipe: Recipe, config: GPTConfig, device: torch.device) -> int:
 def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], str]:
     """The contract's training dataloader when a dataset is prepared, else random tokens (said)."""
     B, T = recipe.data.batch_size, recipe.model.sequence_len
+    if recipe.data.dataset:
+        os.environ["TRNF_DATASET"] = recipe.data.dataset  # as the trainer selects it
     try:
         from trnfrontier.contract import load_contract
 
