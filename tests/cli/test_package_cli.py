@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_app import run_cli
-from tests.packaging.conftest import tiny_run  # noqa: F401  (the session fixture: a real tiny run)
+from tests.packaging.conftest import edit_summary, run_copy, tiny_run  # noqa: F401  (fixtures: a real tiny run)
 from tests.verify import verify_kit
 
 LAUNCH = "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
@@ -17,7 +17,7 @@ LAUNCH = "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 tr
 
 def test_package_json_and_usage_errors(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "s.tar"
-    code, stdout, _ = run_cli(["package", str(tiny_run), "-o", str(out), "--force", "--json"], capsys)
+    code, stdout, _ = run_cli(["package", str(tiny_run), "-o", str(out), "--json"], capsys)
     assert code == 0 and json.loads(stdout)["archive"] == str(out) and out.is_file()
     code, _, err = run_cli(["package", str(tmp_path / "nope")], capsys)
     assert code == 2 and err.count("trnf: error:") == 1 and "no such run directory" in err.splitlines()[-1]
@@ -25,11 +25,14 @@ def test_package_json_and_usage_errors(tiny_run: Path, tmp_path: Path, capsys: p
     assert code == 2 and "kit mode" in err
 
 
-def test_refusal_is_one_line_and_writes_nothing(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refusal_is_one_line_and_writes_nothing(run_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    edit_summary(run_copy, status="diverged", diverged_step=2)
     out = tmp_path / "s.tar"
-    code, _, err = run_cli(["package", str(tiny_run), "-o", str(out)], capsys)
+    code, _, err = run_cli(["package", str(run_copy), "-o", str(out)], capsys)
     assert code == 1 and err.splitlines()[-1].startswith("trnf: error: refusing to package") and err.count("trnf: error:") == 1
-    assert not out.exists()
+    assert "'diverged' at step 2" in err and not out.exists()
+    code, stdout, _ = run_cli(["package", str(run_copy), "-o", str(out), "--force", "--json"], capsys)
+    assert code == 0 and any("diverged" in reason for reason in json.loads(stdout)["forced"])
 
 
 def test_kit_mode_ships_train_py_its_local_imports_and_logs(tiny_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,13 +16,9 @@ from trnfrontier.errors import TrnfError
 from trnfrontier.packaging.build import package_run
 from trnfrontier.packaging.writeup import FACTS_MARKER
 from trnfrontier.verify import Options, verify_archive
-from trnfrontier.verify.dryrun import build_clean_env, dry_run
+from trnfrontier.verify.dryrun import build_clean_env
 
 REPO = Path(__file__).resolve().parents[2]
-# The shipped runtime trips verify's static screen today (contract.py registers a
-# by-path prepare in sys.modules; trainer.py writes "public_val" into its summary), so
-# packaging needs --force until those lines change; the forced reasons say exactly that.
-SCREEN_KNOWN = ("trnfrontier/runtime/contract.py", "trnfrontier/runtime/trainer.py", "train.py")
 
 
 def _members(archive: Path) -> dict[str, bytes]:
@@ -30,12 +26,8 @@ def _members(archive: Path) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
 
 
-def _only_screen(forced: list[str]) -> bool:
-    return all(reason.startswith("static screen: ") and reason.split(": ")[1].startswith(SCREEN_KNOWN) for reason in forced)
-
-
 def test_archive_contents_and_manifest(tiny_run: Path, tmp_path: Path) -> None:
-    result = package_run(tiny_run, tmp_path / "s.tar", force=True)
+    result = package_run(tiny_run, tmp_path / "s.tar")
     members = _members(result.archive)
     for name in fmt.REQUIRED_MEMBERS + (fmt.LOSS_CURVE, "trnfrontier/runtime/trainer.py", "trnfrontier/__init__.py"):
         assert name in members, name
@@ -50,34 +42,24 @@ def test_archive_contents_and_manifest(tiny_run: Path, tmp_path: Path) -> None:
     assert members[fmt.LOSS_CURVE].startswith(b"\x89PNG\r\n\x1a\n")
     writeup = members[fmt.WRITEUP].decode()
     assert "model.depth" in writeup and f"{summary['val_bpb']:.6f}" in writeup and "| steps | 4 |" in writeup
+    assert "at step 1 to" in writeup and "at step 4;" in writeup
     train_py = members[fmt.TRAIN_PY].decode()
     assert "def load_for_eval(checkpoint_path" in train_py and "'max_steps': 4" in train_py and "TRNF_DRY_RUN_STEPS" in train_py
-    assert _only_screen(manifest["forced"]) and "Packaged with --force" in writeup
+    assert manifest["forced"] == [] and "Packaged with --force" not in writeup
 
 
 def test_same_run_packaged_twice_is_byte_identical(tiny_run: Path, tmp_path: Path) -> None:
-    first = package_run(tiny_run, tmp_path / "a.tar", force=True).archive.read_bytes()
-    second = package_run(tiny_run, tmp_path / "b.tar", force=True).archive.read_bytes()
+    first = package_run(tiny_run, tmp_path / "a.tar").archive.read_bytes()
+    second = package_run(tiny_run, tmp_path / "b.tar").archive.read_bytes()
     assert first == second
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_verify_passes_every_check_but_the_known_runtime_screen(tiny_run: Path, tmp_path: Path) -> None:
-    archive = package_run(tiny_run, tmp_path / "s.tar", force=True).archive
-    report = verify_archive(archive, Options())
-    verdicts = {check.name: check.verdict for check in report.checks}
-    assert {k: v for k, v in verdicts.items() if k not in ("screen", "contract")} == {
-        "extract": "pass", "manifest": "pass", "pin:prepare": "pass", "pin:tokenizer": "pass", "launch": "pass",
-        "upload-size": "pass", "checkpoint": "pass", "budget": "pass",
-    }
-    screen = report.get("screen")
-    assert screen.verdict == "pass" or screen.reason.startswith(SCREEN_KNOWN)
-
-
-@pytest.mark.xfail(strict=True, reason="runtime contract.py:50 and trainer.py 'public_val' fail verify's static screen")
-def test_verify_passes_without_force(tiny_run: Path, tmp_path: Path) -> None:
+def test_trnf_verify_passes_on_the_packaged_run(tiny_run: Path, tmp_path: Path) -> None:
     archive = package_run(tiny_run, tmp_path / "s.tar").archive
-    assert verify_archive(archive, Options()).ok
+    report = verify_archive(archive, Options(rerun_eval=True))
+    assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
+    assert {c.name for c in report.checks} >= {"screen", "checkpoint", "budget", "contract", "rerun-eval"} and not report.notes
 
 
 def _extract(archive: Path, root: Path) -> list[str]:
@@ -89,7 +71,7 @@ def _extract(archive: Path, root: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("single_file", [False, True], ids=["package", "single-file"])
 def test_packaged_train_py_loads_its_checkpoint_without_trnf(tiny_run: Path, tmp_path: Path, single_file: bool) -> None:
-    archive = package_run(tiny_run, tmp_path / "s.tar", single_file=single_file, force=True).archive
+    archive = package_run(tiny_run, tmp_path / "s.tar", single_file=single_file).archive
     root = tmp_path / "x"
     _extract(archive, root)
     python = build_clean_env(tmp_path / "env", REPO / "prepare.py")
@@ -146,35 +128,29 @@ def test_no_final_checkpoint_is_refused_even_with_force(run_copy: Path, tmp_path
 def test_writeup_merges_team_text(tiny_run: Path, tmp_path: Path) -> None:
     text = tmp_path / "mine.md"
     text.write_text(f"# Team Q\n\nWe used a smaller model.\n\n{FACTS_MARKER}\n\n## Thanks\n")
-    writeup = _members(package_run(tiny_run, tmp_path / "s.tar", writeup=text, force=True).archive)[fmt.WRITEUP].decode()
+    writeup = _members(package_run(tiny_run, tmp_path / "s.tar", writeup=text).archive)[fmt.WRITEUP].decode()
     assert writeup.startswith("# Team Q\n\nWe used a smaller model.") and writeup.rstrip().endswith("## Thanks")
     assert writeup.index("Run facts") < writeup.index("## Thanks") and FACTS_MARKER not in writeup
 
 
 def test_single_file_is_one_code_file_under_the_limit(tiny_run: Path, tmp_path: Path) -> None:
-    result = package_run(tiny_run, tmp_path / "s.tar", single_file=True, force=True)
+    result = package_run(tiny_run, tmp_path / "s.tar", single_file=True)
     members = _members(result.archive)
     assert [n for n in members if n.endswith(".py")] == ["train.py"]
     source = members["train.py"]
     assert len(source) <= fmt.PORTAL_FILE_LIMIT_BYTES and b"import trnfrontier" not in source and b"from trnfrontier" not in source
     report = verify_archive(result.archive, Options())
-    assert report.get("upload-size").verdict == "pass" and report.get("checkpoint").verdict == "pass"
+    assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("single_file", [False, True], ids=["package", "single-file"])
-def test_packaged_train_py_dry_runs_in_the_clean_environment(tiny_run: Path, tmp_path: Path, single_file: bool) -> None:
-    """verify's dry run itself (its clean venv, torchrun, TRNF_DRY_RUN_STEPS), called directly
-    because `trnf verify` gates it behind the screen the runtime does not pass yet."""
-    archive = package_run(tiny_run, tmp_path / "s.tar", single_file=single_file, force=True).archive
-    root = tmp_path / "x"
-    names = _extract(archive, root)
-    work = tmp_path / "work"
-    work.mkdir()
-    result = dry_run(root, names, work, nproc=1, lnc=2, prepare=REPO / "prepare.py", steps=2, timeout=300)
-    assert result.passed, result.reason
-    summary = json.loads((work / "run" / "out" / "run" / "summary.json").read_text())
-    assert summary["steps"] == 2 and summary["stop_reason"] == "max_steps" and summary["val_bpb"] is None
+def test_trnf_verify_dry_run_passes(tiny_run: Path, tmp_path: Path, single_file: bool) -> None:
+    """verify --dry-run: its clean venv, torchrun, TRNF_DRY_RUN_STEPS, then load_for_eval without trnf."""
+    archive = package_run(tiny_run, tmp_path / "s.tar", single_file=single_file).archive
+    report = verify_archive(archive, Options(dry_run=True, dry_run_steps=2))
+    assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
+    assert "exited 0" in report.get("dry-run").reason
 
 
 def _with_kernels(run: Path) -> Path:
@@ -185,21 +161,18 @@ def _with_kernels(run: Path) -> Path:
 
 
 def test_recipe_kernels_ship_with_the_runtime_dispatch(run_copy: Path, tmp_path: Path) -> None:
-    members = _members(package_run(_with_kernels(run_copy), tmp_path / "s.tar", force=True).archive)
+    members = _members(package_run(_with_kernels(run_copy), tmp_path / "s.tar").archive)
     assert members["kernels/relu2.py"] == (REPO / "kernels" / "relu2.py").read_bytes()
     assert not [n for n in members if n.startswith("kernels/") and n != "kernels/relu2.py"]
     assert {"trnfrontier/runtime/kernels/__init__.py", "trnfrontier/runtime/kernels/select.py", "trnfrontier/runtime/kernels/backend.py"} <= set(members)
     assert b"use_kernels(recipe[\"kernels\"]" in members["train.py"]
     assert "relu2" in members[fmt.WRITEUP].decode().split("NKI kernels |")[1].splitlines()[0]
     with pytest.raises(TrnfError, match="--single-file cannot inline NKI kernels"):
-        package_run(run_copy, tmp_path / "t.tar", single_file=True, force=True)
+        package_run(run_copy, tmp_path / "t.tar", single_file=True)
 
 
 @pytest.mark.slow
 def test_kernel_recipe_dry_runs_on_cpu_with_the_reference_fallback(run_copy: Path, tmp_path: Path) -> None:
-    archive = package_run(_with_kernels(run_copy), tmp_path / "s.tar", force=True).archive
-    root = tmp_path / "x"
-    names = _extract(archive, root)
-    (tmp_path / "work").mkdir()
-    result = dry_run(root, names, tmp_path / "work", nproc=1, lnc=2, prepare=REPO / "prepare.py", steps=2, timeout=300)
-    assert result.passed, result.reason
+    archive = package_run(_with_kernels(run_copy), tmp_path / "s.tar").archive
+    report = verify_archive(archive, Options(dry_run=True, dry_run_steps=2))
+    assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]

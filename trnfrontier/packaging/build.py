@@ -26,7 +26,7 @@ from trnfrontier.contract import project_root_file
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.run import RunDir, checkpoint_params, read_run, refusal_reasons
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
-from trnfrontier.packaging.writeup import loss_curve_png, read_loss_points, recipe_differences, render_writeup
+from trnfrontier.packaging.writeup import curve_caption, loss_curve_png, read_loss_points, recipe_differences, render_writeup
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.verify.launch import LaunchError, parse_launch
 from trnfrontier.verify.pins import load_pins
@@ -198,7 +198,8 @@ def add_writeup(members: dict[str, Path | bytes], facts: dict[str, Any], recipe:
     baseline = baseline_recipe() if recipe is not None else None
     differences = recipe_differences(recipe, baseline) if recipe is not None and baseline is not None else None
     members[fmt.WRITEUP] = render_writeup(
-        facts, differences, forced=forced, team_text=team_text, loss_curve=fmt.LOSS_CURVE if points else None
+        facts, differences, forced=forced, team_text=team_text, loss_curve=fmt.LOSS_CURVE if points else None,
+        caption=curve_caption(points) if points else "",
     ).encode("utf-8")
 
 

@@ -123,8 +123,16 @@ def _cell(value: Any) -> str:
     return "`" + json.dumps(value) + "`"
 
 
+def curve_caption(points: list[tuple[float, float]]) -> str:
+    """What the unlabelled plot shows, in numbers."""
+    losses = [loss for _, loss in points]
+    return (f"Loss {points[0][1]:.4f} at step {points[0][0]:g} to {points[-1][1]:.4f} at step {points[-1][0]:g}; "
+            f"the y axis spans {min(losses):.4f} (bottom) to {max(losses):.4f} (top), the x axis the logged steps.")
+
+
 def render_writeup(facts: dict[str, Any], differences: list[tuple[str, Any, Any]] | None, *,
-                   forced: list[str], team_text: str | None = None, loss_curve: str | None = None) -> str:
+                   forced: list[str], team_text: str | None = None, loss_curve: str | None = None,
+                   caption: str = "") -> str:
     """WRITEUP.md: the team's text (or a placeholder) and the generated facts of the run.
 
     ``facts`` keys: name, source, params, tokens, steps, charged_seconds, startup_seconds,
@@ -161,7 +169,7 @@ def render_writeup(facts: dict[str, Any], differences: list[tuple[str, Any, Any]
             lines.append("Identical to the baseline recipe.")
         lines.append("")
     if loss_curve:
-        lines += ["### Loss curve", "", f"![training loss by step]({loss_curve})", ""]
+        lines += ["### Loss curve", "", f"![training loss by step]({loss_curve})", ""] + ([caption, ""] if caption else [])
     if forced:
         lines += ["### Packaged with --force", "", "These checks failed and were overridden:", ""]
         lines += [f"- {reason}" for reason in forced]
