@@ -18,7 +18,7 @@ from rich.text import Text
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit.dryrun import DryRunReport, dry_run_kit
-from trnfrontier.kit.run import KitOptions, KitRun, train_kit, validate_shape
+from trnfrontier.kit.run import KitInterrupted, KitOptions, KitRun, train_kit, validate_shape
 
 DRY_RUN_TIMEOUT_SECONDS = 600.0
 
@@ -68,7 +68,11 @@ def _stage_table(report: DryRunReport) -> Table:
 
 def _train(options: KitOptions, json_output: bool) -> KitRun:
     live = err()
-    run = train_kit(options, on_line=lambda line: live.print(Text(line)))
+    try:
+        run = train_kit(options, on_line=lambda line: live.print(Text(line)))
+    except KitInterrupted as stopped:
+        live.print(f"interrupted: every process of the run was stopped; {stopped.run_dir / 'summary.json'} says how far it got")
+        raise
     for note in run.notes:
         live.print(f"note: {note}")
     if json_output:

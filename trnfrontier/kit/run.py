@@ -53,6 +53,14 @@ KIT_CHECKPOINT = Path("out") / "final.pt"
 _CHECKPOINT_SEARCH_DEPTH = 3
 
 
+class KitInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during a kit run, after every process was stopped and the summary written."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
 @dataclass(frozen=True)
 class KitOptions:
     train_py: Path
@@ -91,8 +99,8 @@ def default_run_dir() -> Path:
 
 def _prepare_run_dir(out: Path | None) -> Path:
     run_dir = (out or default_run_dir()).expanduser().resolve()
-    if (run_dir / SUMMARY_FILE).exists() or (run_dir / STEP_LOG_FILE).exists():
-        raise UsageError(f"--out {run_dir} already holds a run; choose another directory")
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise UsageError(f"run directory {run_dir} already exists; nothing was changed. Choose another with --out DIR")
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
@@ -267,6 +275,6 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     if run.problems:
         run.exit_code = EXIT_DIVERGED if status == "diverged" else (130 if status == "interrupted" else 1)
     if outcome.interrupted:
-        raise KeyboardInterrupt
+        raise KitInterrupted(run_dir)
     return run
 

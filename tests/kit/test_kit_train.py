@@ -1,0 +1,205 @@
+"""`trnf train --train-py` end to end on CPU: kit-style train.py fixtures under torchrun.
+
+Each launch starts torchrun and its ranks (tens of seconds on a loaded machine), so the
+runs are marked slow; the bad-input checks before launch are not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kit_fixtures import run_cli, write_train_py
+
+RUN_TIMEOUT = ["--timeout", "600"]
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("trnf: error:")]
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(sample_home: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    """The good fixture trained with 2 ranks through the real command line (shared by the checks below)."""
+    root = tmp_path_factory.mktemp("kit2")
+    train_py = write_train_py(root / "team", "good")
+    run_dir = root / "runs" / "two"
+    result = subprocess.run(
+        [sys.executable, "-m", "trnfrontier", "train", "--train-py", str(train_py), "--nproc", "2", "--out", str(run_dir), *RUN_TIMEOUT],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "200"},
+    )
+    return train_py, run_dir, result
+
+
+# ---------------------------------------------------------------------------- before launch
+
+
+@pytest.mark.parametrize("case", ["missing", "syntax", "no_load_for_eval"])
+def test_bad_train_py_is_one_line_and_nothing_launches(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = tmp_path / "train.py"
+    if case == "syntax":
+        train_py.write_text("def load_for_eval(p, d):\n    return None\nif True\n")
+    elif case == "no_load_for_eval":
+        train_py.write_text("print('training')\n")
+    run_dir = tmp_path / "runs" / "x"
+    code, _, err = run_cli(["train", "--train-py", str(train_py), "--out", str(run_dir)], capsys)
+    assert code != 0
+    [line] = error_lines(err)
+    assert {"missing": "no such file", "syntax": "train.py:3: syntax error", "no_load_for_eval": "defines no load_for_eval"}[case] in line
+    assert not run_dir.exists()
+
+
+def test_steps_without_dry_run_and_bad_lnc_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = write_train_py(tmp_path, "good")
+    code, _, err = run_cli(["train", "--train-py", str(train_py), "--steps", "3"], capsys)
+    assert code == 2 and "--steps limits a --dry-run" in err
+    code, _, err = run_cli(["train", "--train-py", str(train_py), "--lnc", "3"], capsys)
+    assert code == 2 and "NEURON_LOGICAL_NC_CONFIG is 1 or 2" in err
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+@pytest.mark.slow
+def test_two_ranks_write_the_run_directory(two_rank_run: tuple[Path, Path, subprocess.CompletedProcess[str]]) -> None:
+    train_py, run_dir, result = two_rank_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(run_dir)
+    assert summary["status"] == "completed" and summary["problems"] == []
+    assert summary["mode"] == "kit" and summary["world_size"] == 2 and summary["steps"] == 8
+    assert summary["accounting"] == "prepare.budget_accounting"
+    assert summary["over_budget"] is False and summary["charged_seconds"] >= 0
+    assert summary["headroom_seconds"] == pytest.approx(summary["budget_seconds"] - summary["charged_seconds"])
+    assert summary["params"] == 2 * 8192 * 16 + 16 * 16
+    assert summary["final_checkpoint"] == str(train_py.parent / "out" / "final.pt")  # where the script writes it
+    assert summary["reported_val_bpb"] > 0 and summary["val_bpb"] is None  # the trusted score is trnf eval's
+    assert {"tokens_per_second", "mfu", "device", "metrics.tokens_per_second"} <= set(summary["missing_fields"])
+    assert "final_loss" not in summary["missing_fields"]
+    launch = (run_dir / "launch.txt").read_text().strip()
+    assert launch == "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=2 train.py"
+    recorded = json.loads((run_dir / "launch.json").read_text())
+    assert recorded["argv"][1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert recorded["cwd"] == str(train_py.parent) and recorded["env"]["TRNF_STEP_LOG"] == str(run_dir / "step_boundaries.jsonl")
+    assert (run_dir / "contract" / "prepare.py").read_bytes() == (Path(__file__).resolve().parents[2] / "prepare.py").read_bytes()
+    for rank in (0, 1):  # every rank printed its own steps into its own log
+        assert "step 8 | loss" in (run_dir / "logs" / f"rank{rank}.stdout.log").read_text()
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert all("loss" in m and "charged_seconds" in m for m in metrics)
+    assert metrics[-1]["charged_seconds"] == pytest.approx(summary["charged_seconds"])
+    assert "step 8 | loss" in result.stderr  # live progress
+    assert "trnf eval --train-py" in result.stderr
+
+
+@pytest.mark.slow
+def test_trnf_eval_scores_the_kit_checkpoint(two_rank_run: tuple[Path, Path, subprocess.CompletedProcess[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    train_py, run_dir, result = two_rank_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    checkpoint = Path(_summary(run_dir)["final_checkpoint"])
+    code, out, err = run_cli(["eval", "--train-py", str(train_py), "--checkpoint", str(checkpoint), "--json",
+                              "--tokens", "4096", "--seq-len", "32", "--batch-size", "4", "--device", "cpu"], capsys)
+    assert code == 0, err
+    [scored] = json.loads(out)["results"]
+    assert scored["status"] == "ok" and 0 < scored["val_bpb"] < 20
+    assert scored["causality"]["passed"] and scored["batch_independence"]["passed"]
+
+
+@pytest.mark.slow
+def test_crash_on_rank_1_reports_rank_1s_traceback(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = write_train_py(tmp_path / "team", "crash")
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli(["train", "--train-py", str(train_py), "--nproc", "2", "--out", str(run_dir), *RUN_TIMEOUT], capsys)
+    assert code == 1
+    [line] = error_lines(err)
+    assert "crashed on rank 1" in line and "RuntimeError: injected failure on rank 1 at step 2" in line
+    tail_start = err.index(f"last lines of {run_dir / 'logs' / 'rank1.stderr.log'}")
+    assert 'raise RuntimeError("injected failure on rank 1 at step 2")' in err[tail_start:]
+    summary = _summary(run_dir)
+    assert summary["status"] == "crashed" and summary["failed_rank"] == 1 and summary["exit_code"] == 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_hang_is_killed_at_the_timeout_with_no_process_left(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = write_train_py(tmp_path / "team", "hang")
+    run_dir = tmp_path / "run"
+    # Long enough for torchrun and both ranks to start on a busy machine and write their pids.
+    code, _, err = run_cli(["train", "--train-py", str(train_py), "--nproc", "2", "--out", str(run_dir), "--timeout", "60"], capsys)
+    assert code == 1
+    [line] = error_lines(err)
+    assert "--timeout 60 s" in line and "killed" in line
+    pids = [int(p) for rank in (0, 1) for p in (train_py.parent / "pids" / f"rank{rank}").read_text().split()]
+    assert len(pids) == 4  # each rank and its `sleep` child
+    assert not [pid for pid in pids if _alive(pid)]
+    assert _processes_mentioning(str(train_py.parent)) == []
+    assert _summary(run_dir)["status"] == "timed_out"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "code", "message"), [("nan", 3, "diverged: loss is NaN/inf at step 3"), ("nolog", 1, "never called prepare.record_step_boundary")])
+def test_nan_and_missing_step_log_fail_the_run(mode: str, code: int, message: str, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = write_train_py(tmp_path / "team", mode)
+    run_dir = tmp_path / "run"
+    got, _, err = run_cli(["train", "--train-py", str(train_py), "--out", str(run_dir), *RUN_TIMEOUT, "--", "--steps", "4"], capsys)
+    assert got == code
+    [line] = error_lines(err)
+    assert message in line
+    summary = _summary(run_dir)
+    assert summary["status"] == ("diverged" if mode == "nan" else "completed")
+    assert summary["world_size"] == 1 and summary["final_loss"] is not None
+    # The script's own flags went through: 4 steps, and the record says how it was launched.
+    assert "step 4 | loss" in err and "step 5 |" not in err
+    assert (run_dir / "launch.txt").read_text().strip().endswith("--nproc_per_node=1 train.py --steps 4")
+    assert "not part of a valid submission launch" in err
+    if mode == "nolog":
+        assert summary["charged_seconds"] is None and "charged_seconds" in summary["missing_fields"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_process_and_still_writes_the_summary(sample_home: Path, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    train_py = write_train_py(tmp_path / "team", "hang")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "trnfrontier", "train", "--train-py", str(train_py), "--out", str(run_dir), *RUN_TIMEOUT],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file = train_py.parent / "pids" / "rank0"
+    deadline = time.monotonic() + 600  # a bound for a stuck test, not a performance assertion
+    while not pid_file.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pid_file.is_file(), proc.communicate()[1][-3000:] if proc.poll() is not None else "rank 0 never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted: every process of the run was stopped" in err
+    assert not [pid for pid in map(int, pid_file.read_text().split()) if _alive(pid)]
+    assert _processes_mentioning(str(train_py.parent)) == []
+    assert _summary(run_dir)["status"] == "interrupted"
