@@ -1,4 +1,7 @@
-"""The `trnf train` library: planning and refusals, the launch command, following the child."""
+"""The `trnf train` library (trnfrontier/training.py): planning and refusals, the launch command, following the child.
+
+(Named test_training_lib.py: tests/kernels/test_training.py has the basename test_training.)
+"""
 
 from __future__ import annotations
 
@@ -44,7 +47,9 @@ def test_existing_run_dir_is_refused_and_untouched(sample_home, tmp_path: Path) 
     (run / "metrics.jsonl").write_text("precious\n")
     with pytest.raises(TrnfError) as info:
         training.plan_new_run("cpu_smoke", [], out=run)
-    assert info.value.exit_code == 2 and "--name" in str(info.value) and "--resume" in str(info.value)
+    assert (
+        info.value.exit_code == 2 and "--name" in str(info.value) and "--resume" in str(info.value)
+    )
     assert (run / "metrics.jsonl").read_text() == "precious\n"
     training.plan_new_run("cpu_smoke", [], out=tmp_path / "empty_is_fine")
 
@@ -57,13 +62,21 @@ def test_out_and_name_are_exclusive(sample_home, tmp_path: Path) -> None:
 def test_nproc_sets_runtime_nproc_and_uses_torchrun(sample_home, tmp_path: Path) -> None:
     plan = training.plan_new_run("cpu_smoke", [], out=tmp_path / "r", nproc=2)
     assert plan.recipe.runtime.nproc == 2
-    assert plan.command[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    assert plan.command[1:6] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
     assert plan.command[6:8] == ["-m", "trnfrontier.runtime.entry"]
 
 
 def test_nproc_that_breaks_the_batch_geometry_names_the_key(sample_home, tmp_path: Path) -> None:
     with pytest.raises(TrnfError, match="data.total_batch_tokens"):
-        training.plan_new_run("cpu_smoke", ["data.total_batch_tokens=8192"], out=tmp_path / "r", nproc=3)
+        training.plan_new_run(
+            "cpu_smoke", ["data.total_batch_tokens=8192"], out=tmp_path / "r", nproc=3
+        )
 
 
 def test_neuron_launch_env_sets_the_logical_core_config() -> None:
@@ -91,10 +104,16 @@ def test_neuron_without_torch_neuronx_is_refused_before_launch(sample_home, monk
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch_neuronx" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch_neuronx" else real(name, *a),
+    )
     with pytest.raises(TrnfError) as info:
         training.check_can_train(load_recipe("baseline_d10"))
-    assert "torch-neuronx" in str(info.value) and "pip.repos.neuron.amazonaws.com" in str(info.value)
+    assert "torch-neuronx" in str(info.value) and "pip.repos.neuron.amazonaws.com" in str(
+        info.value
+    )
 
 
 def test_extras_must_be_overrides() -> None:
@@ -170,7 +189,7 @@ def test_metrics_tail_waits_for_complete_lines(tmp_path: Path) -> None:
         handle.write('{"step": 1}\n{"step": 2')
     assert tail.read() == [{"step": 1}]
     with open(path, "a") as handle:
-        handle.write('}\n')
+        handle.write("}\n")
     assert tail.read() == [{"step": 2}]
 
 
@@ -178,12 +197,18 @@ def _plan_with(tmp_path: Path, script: str) -> training.RunPlan:
     code = tmp_path / "child.py"
     code.write_text(textwrap.dedent(script))
     run = tmp_path / "run"
-    return training.RunPlan(recipe=load_recipe("cpu_smoke"), run_dir=run, resume=False,
-                            command=[sys.executable, str(code), str(run)])
+    return training.RunPlan(
+        recipe=load_recipe("cpu_smoke"),
+        run_dir=run,
+        resume=False,
+        command=[sys.executable, str(code), str(run)],
+    )
 
 
 def test_run_plan_follows_metrics_and_returns_the_summary(tmp_path: Path) -> None:
-    plan = _plan_with(tmp_path, """
+    plan = _plan_with(
+        tmp_path,
+        """
         import json, sys, time
         from pathlib import Path
         run = Path(sys.argv[1])
@@ -195,20 +220,26 @@ def test_run_plan_follows_metrics_and_returns_the_summary(tmp_path: Path) -> Non
                 time.sleep(0.05)
         (run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": 1.5}))
         print("child output goes to train.log")
-    """)
+    """,
+    )
     seen = []
     summary = training.run_plan(plan, live=False, on_record=seen.append, poll_seconds=0.02)
-    assert summary["status"] == "completed" and summary["val_bpb"] == 1.5 and summary["exit_code"] == 0
+    assert (
+        summary["status"] == "completed" and summary["val_bpb"] == 1.5 and summary["exit_code"] == 0
+    )
     assert [r["step"] for r in seen] == [1, 2, 3]
     assert "child output goes to train.log" in (plan.run_dir / "train.log").read_text()
     assert training.failure_message(summary, plan.run_dir) is None
 
 
 def test_a_child_that_dies_without_a_summary_is_recorded_as_crashed(tmp_path: Path) -> None:
-    plan = _plan_with(tmp_path, """
+    plan = _plan_with(
+        tmp_path,
+        """
         import sys
         raise SystemExit("boom: out of memory")
-    """)
+    """,
+    )
     summary = training.run_plan(plan, live=False, poll_seconds=0.02)
     assert summary["status"] == "crashed" and summary["exit_code"] == 1
     assert json.loads((plan.run_dir / "summary.json").read_text())["status"] == "crashed"
@@ -219,7 +250,9 @@ def test_a_child_that_dies_without_a_summary_is_recorded_as_crashed(tmp_path: Pa
 
 def test_interrupt_kills_the_whole_process_group(tmp_path: Path) -> None:
     pids = tmp_path / "pids.txt"
-    plan = _plan_with(tmp_path, f"""
+    plan = _plan_with(
+        tmp_path,
+        f"""
         import json, os, subprocess, sys, time
         from pathlib import Path
         run = Path(sys.argv[1])
@@ -228,7 +261,8 @@ def test_interrupt_kills_the_whole_process_group(tmp_path: Path) -> None:
         with open(run / "metrics.jsonl", "a") as m:
             m.write(json.dumps({{"step": 1, "loss": 1.0, "lr": 0.1, "charged_seconds": 1}}) + "\\n")
         time.sleep(600)
-    """)
+    """,
+    )
 
     def interrupt(record):
         raise KeyboardInterrupt
@@ -256,7 +290,13 @@ def test_interrupt_kills_the_whole_process_group(tmp_path: Path) -> None:
 
 def test_failure_message_for_divergence(tmp_path: Path) -> None:
     message = training.failure_message(
-        {"status": "diverged", "diverged_step": 17, "last_good_checkpoint": "runs/x/checkpoints/step_000016"}, tmp_path)
+        {
+            "status": "diverged",
+            "diverged_step": 17,
+            "last_good_checkpoint": "runs/x/checkpoints/step_000016",
+        },
+        tmp_path,
+    )
     assert "step 17" in message and "step_000016" in message
 
 
@@ -265,8 +305,19 @@ def test_summary_table_renders_partial_summaries() -> None:
 
     console = Console(record=True, width=100)
     console.print(training.summary_table({"status": "crashed", "name": "x"}))
-    console.print(training.summary_table({"status": "completed", "name": "x", "val_bpb": 1.234567, "steps": 10,
-                                          "mfu": 0.3, "tokens_per_second": 1000.0, "over_budget": False}))
+    console.print(
+        training.summary_table(
+            {
+                "status": "completed",
+                "name": "x",
+                "val_bpb": 1.234567,
+                "steps": 10,
+                "mfu": 0.3,
+                "tokens_per_second": 1000.0,
+                "over_budget": False,
+            }
+        )
+    )
     text = console.export_text()
     assert "crashed" in text and "1.234567" in text and "30.0%" in text
 
@@ -276,8 +327,15 @@ def test_live_view_renders_before_and_during_a_run(tmp_path: Path) -> None:
 
     console = Console(record=True, width=100)
     console.print(training.live_view(None, 120.0, tmp_path, time.time(), None))
-    record = {"step": 12, "loss": 5.4321, "lr": 0.02, "tokens_per_second": 12345.0, "mfu": 0.31,
-              "charged_seconds": 30.0, "startup": False}
+    record = {
+        "step": 12,
+        "loss": 5.4321,
+        "lr": 0.02,
+        "tokens_per_second": 12345.0,
+        "mfu": 0.31,
+        "charged_seconds": 30.0,
+        "startup": False,
+    }
     console.print(training.live_view(record, 120.0, tmp_path, time.time(), 1.2345))
     text = console.export_text()
     assert "starting" in text and "5.4321" in text and "12,345" in text and "30.0 / 120 s" in text

@@ -65,12 +65,20 @@ def split_overrides(items: list[str]) -> list[str]:
         if item.startswith("-"):
             raise UsageError(f"unknown option {item!r} for `trnf train` (see `trnf train --help`)")
         if "=" not in item:
-            raise UsageError(f"unexpected argument {item!r}: overrides are key.path=value (e.g. optim.matrix_lr=0.03)")
+            raise UsageError(
+                f"unexpected argument {item!r}: overrides are key.path=value (e.g. optim.matrix_lr=0.03)"
+            )
     return items
 
 
-def plan_new_run(recipe_ref: str, overrides: list[str], *, out: Path | None = None, name: str | None = None,
-                 nproc: int | None = None) -> RunPlan:
+def plan_new_run(
+    recipe_ref: str,
+    overrides: list[str],
+    *,
+    out: Path | None = None,
+    name: str | None = None,
+    nproc: int | None = None,
+) -> RunPlan:
     """Validate the recipe (with overrides) and choose a run directory that does not exist yet."""
     if out is not None and name is not None:
         raise UsageError("give --out DIR or --name NAME, not both")
@@ -87,40 +95,65 @@ def plan_new_run(recipe_ref: str, overrides: list[str], *, out: Path | None = No
             exit_code=2,
         )
     check_can_train(recipe)
-    return RunPlan(recipe=recipe, run_dir=run_dir, resume=False, command=launch_command(run_dir, recipe, resume=False),
-                   env=launch_env(recipe))
+    return RunPlan(
+        recipe=recipe,
+        run_dir=run_dir,
+        resume=False,
+        command=launch_command(run_dir, recipe, resume=False),
+        env=launch_env(recipe),
+    )
 
 
 def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -> RunPlan:
     """Continue a run from its latest checkpoint with its own recipe.json."""
     run_dir = run_dir.expanduser()
     if overrides:
-        raise UsageError(f"--resume continues with {run_dir / RECIPE_FILE} as it is; overrides are not allowed ({overrides[0]})")
+        raise UsageError(
+            f"--resume continues with {run_dir / RECIPE_FILE} as it is; overrides are not allowed ({overrides[0]})"
+        )
     if not run_dir.is_dir():
         raise TrnfError(f"--resume {run_dir}: no such directory", exit_code=2)
     recipe_path = run_dir / RECIPE_FILE
     if not recipe_path.is_file():
-        raise TrnfError(f"--resume {run_dir}: not a run directory (no {RECIPE_FILE}); give a directory `trnf train` created", exit_code=2)
+        raise TrnfError(
+            f"--resume {run_dir}: not a run directory (no {RECIPE_FILE}); give a directory `trnf train` created",
+            exit_code=2,
+        )
     try:
         data = json.loads(recipe_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise TrnfError(f"{recipe_path} is unreadable ({exc}); this run cannot be resumed", exit_code=2) from None
+        raise TrnfError(
+            f"{recipe_path} is unreadable ({exc}); this run cannot be resumed", exit_code=2
+        ) from None
     if not isinstance(data, dict):
-        raise TrnfError(f"{recipe_path} is not a recipe (a JSON object); this run cannot be resumed", exit_code=2)
+        raise TrnfError(
+            f"{recipe_path} is not a recipe (a JSON object); this run cannot be resumed",
+            exit_code=2,
+        )
     recipe = validate_recipe(data, str(recipe_path))
     if nproc is not None and nproc != recipe.runtime.nproc:
-        raise UsageError(f"--nproc {nproc} differs from the run's runtime.nproc={recipe.runtime.nproc}; a run resumes with the same process count")
+        raise UsageError(
+            f"--nproc {nproc} differs from the run's runtime.nproc={recipe.runtime.nproc}; a run resumes with the same process count"
+        )
     summary = read_summary(run_dir)
     if summary and summary.get("status") == "completed":
-        raise TrnfError(f"--resume {run_dir}: the run already completed (summary.json); start a new one with --name", exit_code=2)
+        raise TrnfError(
+            f"--resume {run_dir}: the run already completed (summary.json); start a new one with --name",
+            exit_code=2,
+        )
     if latest_checkpoint(run_dir) is None:
         raise TrnfError(
             f"--resume {run_dir}: no complete checkpoint under checkpoints/ (run.checkpoint_every_seconds decides how often they are written)",
             exit_code=2,
         )
     check_can_train(recipe)
-    return RunPlan(recipe=recipe, run_dir=run_dir, resume=True, command=launch_command(run_dir, recipe, resume=True),
-                   env=launch_env(recipe))
+    return RunPlan(
+        recipe=recipe,
+        run_dir=run_dir,
+        resume=True,
+        command=launch_command(run_dir, recipe, resume=True),
+        env=launch_env(recipe),
+    )
 
 
 def check_can_train(recipe: Recipe) -> None:
@@ -142,22 +175,43 @@ def check_can_train(recipe: Recipe) -> None:
             raise TrnfError(f"no prepared dataset to train on: {exc}") from None
     device = recipe.runtime.device
     if device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
-        raise TrnfError(f"runtime.device=neuron: {NEURON_PIP_HINT}; or train elsewhere with runtime.device=cpu|cuda", exit_code=2)
+        raise TrnfError(
+            f"runtime.device=neuron: {NEURON_PIP_HINT}; or train elsewhere with runtime.device=cpu|cuda",
+            exit_code=2,
+        )
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise TrnfError("runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto", exit_code=2)
+            raise TrnfError(
+                "runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto",
+                exit_code=2,
+            )
 
 
 def launch_command(run_dir: Path, recipe: Recipe, resume: bool) -> list[str]:
     """The child's argv: plain python for one process, torchrun for more."""
-    entry = ["-m", "trnfrontier.runtime.entry", "--recipe", str(run_dir / RECIPE_FILE), "--out", str(run_dir)]
+    entry = [
+        "-m",
+        "trnfrontier.runtime.entry",
+        "--recipe",
+        str(run_dir / RECIPE_FILE),
+        "--out",
+        str(run_dir),
+    ]
     if resume:
         entry.append("--resume")
     nproc = recipe.runtime.nproc
     if nproc > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *entry]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+            *entry,
+        ]
     return [sys.executable, *entry]
 
 
@@ -213,22 +267,35 @@ class MetricsTail:
         return records
 
 
-def live_view(last: dict[str, Any] | None, budget: float, run_dir: Path, started: float, best_val: float | None) -> Table:
+def live_view(
+    last: dict[str, Any] | None,
+    budget: float,
+    run_dir: Path,
+    started: float,
+    best_val: float | None,
+) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row("run", str(run_dir))
     if not last:
-        table.add_row("status", f"starting ({time.time() - started:.0f} s): imports, data, first step compiles")
+        table.add_row(
+            "status",
+            f"starting ({time.time() - started:.0f} s): imports, data, first step compiles",
+        )
         return table
     charged = last.get("charged_seconds") or 0.0
-    table.add_row("step", f"{last['step']:,}" + ("  (startup, not charged)" if last.get("startup") else ""))
+    table.add_row(
+        "step", f"{last['step']:,}" + ("  (startup, not charged)" if last.get("startup") else "")
+    )
     loss = last.get("loss")
     table.add_row("loss", "nan" if loss is None else f"{loss:.4f}")
     table.add_row("lr", f"{last.get('lr', 0.0):.3g}")
     tps = last.get("tokens_per_second")
     mfu = last.get("mfu")
-    table.add_row("tok/s", ("-" if not tps else f"{tps:,.0f}") + (f"   mfu {100 * mfu:.1f}%" if mfu else ""))
+    table.add_row(
+        "tok/s", ("-" if not tps else f"{tps:,.0f}") + (f"   mfu {100 * mfu:.1f}%" if mfu else "")
+    )
     table.add_row("charged", f"{charged:,.1f} / {budget:,.0f} s")
     table.add_row("headroom", f"{budget - charged:,.1f} s")
     if best_val is not None:
@@ -254,14 +321,21 @@ def _terminate(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def run_plan(plan: RunPlan, *, live: bool = True, on_record: Callable[[dict[str, Any]], None] | None = None,
-             poll_seconds: float = 0.5) -> dict[str, Any]:
+def run_plan(
+    plan: RunPlan,
+    *,
+    live: bool = True,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    poll_seconds: float = 0.5,
+) -> dict[str, Any]:
     """Write recipe.json (new runs), start the child, follow it, return its summary."""
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     if not plan.resume:
         atomic_write_json(run_dir / RECIPE_FILE, plan.recipe.model_dump(mode="json"))
-    previous_summary = (run_dir / SUMMARY_FILE).stat().st_mtime_ns if (run_dir / SUMMARY_FILE).exists() else None
+    previous_summary = (
+        (run_dir / SUMMARY_FILE).stat().st_mtime_ns if (run_dir / SUMMARY_FILE).exists() else None
+    )
     env = {**os.environ, **plan.env}
     budget = plan.recipe.budget.seconds
     tail = MetricsTail(run_dir / METRICS_FILE)
@@ -272,9 +346,19 @@ def run_plan(plan: RunPlan, *, live: bool = True, on_record: Callable[[dict[str,
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(plan.command)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        display = Live(live_view(None, budget, run_dir, started, None), console=console, refresh_per_second=4,
-                       transient=False) if live and console.is_terminal else None
+        proc = subprocess.Popen(
+            plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        display = (
+            Live(
+                live_view(None, budget, run_dir, started, None),
+                console=console,
+                refresh_per_second=4,
+                transient=False,
+            )
+            if live and console.is_terminal
+            else None
+        )
         try:
             if display is not None:
                 display.start()
@@ -284,16 +368,27 @@ def run_plan(plan: RunPlan, *, live: bool = True, on_record: Callable[[dict[str,
                 for record in tail.read():
                     last = record
                     if record.get("val_bpb") is not None:
-                        best_val = record["val_bpb"] if best_val is None else min(best_val, record["val_bpb"])
+                        best_val = (
+                            record["val_bpb"]
+                            if best_val is None
+                            else min(best_val, record["val_bpb"])
+                        )
                     if on_record is not None:
                         on_record(record)
                 if display is not None:
                     display.update(live_view(last, budget, run_dir, started, best_val))
-                elif live and last is not None and last["step"] != noted_step and (finished or time.time() - last_note >= 30):
+                elif (
+                    live
+                    and last is not None
+                    and last["step"] != noted_step
+                    and (finished or time.time() - last_note >= 30)
+                ):
                     # Not a terminal (CI, a pipe): a plain line now and then instead of a live view.
                     loss = last.get("loss")
-                    console.print(f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
-                                  f"charged {last.get('charged_seconds') or 0:.0f}/{budget:g} s")
+                    console.print(
+                        f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
+                        f"charged {last.get('charged_seconds') or 0:.0f}/{budget:g} s"
+                    )
                     last_note, noted_step = time.time(), last["step"]
                 if finished:
                     break
@@ -329,10 +424,16 @@ def failure_message(summary: dict[str, Any], run_dir: Path) -> str | None:
         return None
     if status == "diverged":
         where = summary.get("last_good_checkpoint") or "none"
-        return (f"training diverged at step {summary.get('diverged_step')} (loss NaN/inf or above run.max_loss); "
-                f"last good checkpoint: {where}. Lower the LRs, or resume with `trnf train --resume {run_dir}`")
+        return (
+            f"training diverged at step {summary.get('diverged_step')} (loss NaN/inf or above run.max_loss); "
+            f"last good checkpoint: {where}. Lower the LRs, or resume with `trnf train --resume {run_dir}`"
+        )
     detail = summary.get("error") or "unknown error"
-    hint = f"; resume with `trnf train --resume {run_dir}`" if summary.get("last_good_checkpoint") else ""
+    hint = (
+        f"; resume with `trnf train --resume {run_dir}`"
+        if summary.get("last_good_checkpoint")
+        else ""
+    )
     return f"training {status}: {detail} (log: {run_dir / LOG_FILE}){hint}"
 
 
@@ -358,21 +459,29 @@ def _fmt(value: Any, spec: str = "") -> str:
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"trnf train: {summary.get('name', '')}", show_header=False, title_justify="left")
+    table = Table(
+        title=f"trnf train: {summary.get('name', '')}", show_header=False, title_justify="left"
+    )
     table.add_column(style="bold")
     table.add_column()
     status = summary.get("status", "?")
     table.add_row("status", Text(status, style="green" if status == "completed" else "red"))
     table.add_row("val_bpb", _fmt(summary.get("val_bpb"), ".6f"))
     if summary.get("eval_tokens") is not None:
-        table.add_row("eval", f"{summary.get('eval_split', 'public_val')}, {_fmt(summary.get('eval_tokens'), ',')} tokens, seq {summary.get('eval_seq_len')}")
+        table.add_row(
+            "eval",
+            f"{summary.get('eval_split', 'public_val')}, {_fmt(summary.get('eval_tokens'), ',')} tokens, seq {summary.get('eval_seq_len')}",
+        )
     table.add_row("steps", _fmt(summary.get("steps"), ","))
     table.add_row("tokens", _fmt(summary.get("tokens"), ","))
     table.add_row("params", _fmt(summary.get("params"), ","))
     tps = summary.get("tokens_per_second")
     mfu = summary.get("mfu")
     table.add_row("tokens/s", _fmt(tps, ",.0f") + (f" (mfu {100 * mfu:.1f}%)" if mfu else ""))
-    table.add_row("charged", f"{_fmt(summary.get('charged_seconds'), ',.1f')} / {_fmt(summary.get('budget_seconds'), ',.0f')} s")
+    table.add_row(
+        "charged",
+        f"{_fmt(summary.get('charged_seconds'), ',.1f')} / {_fmt(summary.get('budget_seconds'), ',.0f')} s",
+    )
     table.add_row("startup", f"{_fmt(summary.get('startup_seconds'), ',.1f')} s")
     table.add_row("headroom", f"{_fmt(summary.get('headroom_seconds'), ',.1f')} s")
     table.add_row("over budget", _fmt(summary.get("over_budget")))

@@ -33,17 +33,40 @@ def test_baseline_d10_is_the_kits_59_6m_parameter_model() -> None:
 
 def test_muon_gqa_uses_grouped_query_attention() -> None:
     recipe = load_recipe("muon_gqa")
-    assert recipe.model.n_kv_head is not None and recipe.model.n_kv_head < recipe.model.resolved_n_embd() // recipe.model.head_dim
+    assert (
+        recipe.model.n_kv_head is not None
+        and recipe.model.n_kv_head < recipe.model.resolved_n_embd() // recipe.model.head_dim
+    )
 
 
 def test_overrides_are_typed_like_yaml() -> None:
-    parsed = dict((".".join(k), v) for k, v in parse_overrides(
-        ["optim.matrix_lr=0.03", "runtime.compile=true", "optim.adam_betas=[0.9, 0.95]", "schedule.total_steps=null",
-         "runtime.device=cpu"]))
-    assert parsed == {"optim.matrix_lr": 0.03, "runtime.compile": True, "optim.adam_betas": [0.9, 0.95],
-                      "schedule.total_steps": None, "runtime.device": "cpu"}
-    recipe = load_recipe("cpu_smoke", ["optim.matrix_lr=0.03", "optim.adam_betas=[0.9, 0.99]", "budget.seconds=60"])
-    assert recipe.optim.matrix_lr == 0.03 and recipe.optim.adam_betas == (0.9, 0.99) and recipe.budget.seconds == 60
+    parsed = dict(
+        (".".join(k), v)
+        for k, v in parse_overrides(
+            [
+                "optim.matrix_lr=0.03",
+                "runtime.compile=true",
+                "optim.adam_betas=[0.9, 0.95]",
+                "schedule.total_steps=null",
+                "runtime.device=cpu",
+            ]
+        )
+    )
+    assert parsed == {
+        "optim.matrix_lr": 0.03,
+        "runtime.compile": True,
+        "optim.adam_betas": [0.9, 0.95],
+        "schedule.total_steps": None,
+        "runtime.device": "cpu",
+    }
+    recipe = load_recipe(
+        "cpu_smoke", ["optim.matrix_lr=0.03", "optim.adam_betas=[0.9, 0.99]", "budget.seconds=60"]
+    )
+    assert (
+        recipe.optim.matrix_lr == 0.03
+        and recipe.optim.adam_betas == (0.9, 0.99)
+        and recipe.budget.seconds == 60
+    )
 
 
 @pytest.mark.parametrize(
@@ -67,7 +90,10 @@ def test_unknown_override_keys_name_the_path(override: str, path: str) -> None:
         ("optim.matrix_lr=fast", "optim.matrix_lr"),  # wrong type
         ("data.batch_size=0", "data.batch_size"),
         ("runtime.device=tpu", "runtime.device"),
-        ("data.total_batch_tokens=1000", "data.total_batch_tokens"),  # not a multiple of the micro-batch
+        (
+            "data.total_batch_tokens=1000",
+            "data.total_batch_tokens",
+        ),  # not a multiple of the micro-batch
         ("budget.seconds=2400", "1800"),  # over the competition budget
         ("schedule.mode=steps", "total_steps"),
     ],
@@ -84,11 +110,19 @@ def test_batch_must_divide_by_world_size() -> None:
     # 16 rows x 256 tokens x 3 processes does not divide 2 x 16 x 256.
     with pytest.raises(TrnfError, match="data.total_batch_tokens"):
         load_recipe("cpu_smoke", ["data.total_batch_tokens=8192", "runtime.nproc=3"])
-    assert load_recipe("cpu_smoke", ["data.total_batch_tokens=8192", "runtime.nproc=2"]).grad_accum_steps() == 1
+    assert (
+        load_recipe(
+            "cpu_smoke", ["data.total_batch_tokens=8192", "runtime.nproc=2"]
+        ).grad_accum_steps()
+        == 1
+    )
 
 
 def test_non_competition_budget_is_allowed() -> None:
-    assert load_recipe("cpu_smoke", ["budget.seconds=2400", "budget.competition=false"]).budget.seconds == 2400
+    assert (
+        load_recipe("cpu_smoke", ["budget.seconds=2400", "budget.competition=false"]).budget.seconds
+        == 2400
+    )
 
 
 def test_unknown_key_in_a_file_names_the_path(tmp_path: Path) -> None:
@@ -114,7 +148,17 @@ def test_missing_recipe_is_a_clear_error() -> None:
 def test_resolved_recipe_is_plain_data_with_every_key() -> None:
     data = resolved(load_recipe("cpu_smoke"))
     assert json.loads(json.dumps(data)) == data
-    for section in ("model", "optim", "schedule", "data", "budget", "runtime", "eval", "kernels", "run"):
+    for section in (
+        "model",
+        "optim",
+        "schedule",
+        "data",
+        "budget",
+        "runtime",
+        "eval",
+        "kernels",
+        "run",
+    ):
         assert isinstance(data[section], dict)
     assert "total_steps" in data["schedule"] and data["schedule"]["total_steps"] is None
     assert "name: cpu_smoke" in resolved_yaml(load_recipe("cpu_smoke"))
@@ -122,5 +166,15 @@ def test_resolved_recipe_is_plain_data_with_every_key() -> None:
 
 def test_json_schema_describes_every_section() -> None:
     schema = json.loads(json_schema())
-    assert set(schema["properties"]) >= {"model", "optim", "schedule", "data", "budget", "runtime", "eval", "kernels", "run"}
+    assert set(schema["properties"]) >= {
+        "model",
+        "optim",
+        "schedule",
+        "data",
+        "budget",
+        "runtime",
+        "eval",
+        "kernels",
+        "run",
+    }
     assert schema["additionalProperties"] is False

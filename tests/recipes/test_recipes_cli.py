@@ -34,7 +34,9 @@ def test_list_table(capsys) -> None:
 
 
 def test_show_resolves_with_overrides(capsys) -> None:
-    code, out, _ = run_cli(["recipes", "show", "cpu_smoke", "optim.matrix_lr=0.05", "budget.seconds=60"], capsys)
+    code, out, _ = run_cli(
+        ["recipes", "show", "cpu_smoke", "optim.matrix_lr=0.05", "budget.seconds=60"], capsys
+    )
     assert code == 0
     data = yaml.safe_load(out)
     assert data["optim"]["matrix_lr"] == 0.05 and data["budget"]["seconds"] == 60
@@ -42,7 +44,9 @@ def test_show_resolves_with_overrides(capsys) -> None:
 
 
 def test_show_json(capsys) -> None:
-    code, out, _ = run_cli(["recipes", "show", str(REPO / "recipes" / "muon_gqa.yaml"), "--json"], capsys)
+    code, out, _ = run_cli(
+        ["recipes", "show", str(REPO / "recipes" / "muon_gqa.yaml"), "--json"], capsys
+    )
     assert code == 0 and json.loads(out)["model"]["n_kv_head"] == 2
 
 
@@ -62,7 +66,9 @@ def test_validate_reports_each_recipe(capsys, tmp_path: Path) -> None:
 
 
 def test_validate_json_with_overrides(capsys) -> None:
-    code, out, _ = run_cli(["recipes", "validate", "cpu_smoke", "baseline_d10", "runtime.nproc=1", "--json"], capsys)
+    code, out, _ = run_cli(
+        ["recipes", "validate", "cpu_smoke", "baseline_d10", "runtime.nproc=1", "--json"], capsys
+    )
     assert code == 0
     results = json.loads(out)
     assert [r["valid"] for r in results] == [True, True]

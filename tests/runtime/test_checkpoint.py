@@ -19,8 +19,16 @@ from trnfrontier.runtime.optim import build_optimizers
 
 torch.set_num_threads(1)
 
-TINY = dict(vocab_size=64, sequence_len=16, n_layer=2, n_head=2, n_kv_head=1, n_embd=32, value_embeds=True)
-OPTIM = {"matrix_lr": 0.02, "embedding_lr": 0.2, "unembedding_lr": 0.004, "scalar_lr": 0.5, "normuon": True}
+TINY = dict(
+    vocab_size=64, sequence_len=16, n_layer=2, n_head=2, n_kv_head=1, n_embd=32, value_embeds=True
+)
+OPTIM = {
+    "matrix_lr": 0.02,
+    "embedding_lr": 0.2,
+    "unembedding_lr": 0.004,
+    "scalar_lr": 0.5,
+    "normuon": True,
+}
 
 
 def tiny_model(seed: int = 0) -> GPT:
@@ -104,7 +112,9 @@ def test_atomic_write_failure_leaves_the_old_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
 
 
-def test_checkpoint_failing_mid_write_never_replaces_the_last_good_one(tmp_path: Path, monkeypatch) -> None:
+def test_checkpoint_failing_mid_write_never_replaces_the_last_good_one(
+    tmp_path: Path, monkeypatch
+) -> None:
     model, opts = trained()
     good = save_step(tmp_path, 1, model, opts)
     before = (good / ck.MODEL_FILE).read_bytes()
@@ -164,12 +174,16 @@ KILLER = textwrap.dedent(
 
 
 @pytest.mark.parametrize("kill_at", [1, 4])
-def test_kill_9_during_checkpoint_write_keeps_the_last_good_one(tmp_path: Path, kill_at: int) -> None:
+def test_kill_9_during_checkpoint_write_keeps_the_last_good_one(
+    tmp_path: Path, kill_at: int
+) -> None:
     model, opts = trained()
     good = save_step(tmp_path, 5, model, opts)
     script = tmp_path / "killer.py"
     script.write_text(KILLER.format(tiny=TINY, optim=OPTIM, kill_at=kill_at))
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), "6"], capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "6"], capture_output=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     assert ck.latest_checkpoint(tmp_path) == good
     assert any(p.name.startswith(".tmp-") for p in (tmp_path / "checkpoints").iterdir())
@@ -227,7 +241,9 @@ def test_optimizer_state_is_loaded_with_weights_only(tmp_path: Path, monkeypatch
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch, "load", spy)
-    ck.load_checkpoint(path, tiny_model(), build_optimizers(tiny_model(), OPTIM), torch.device("cpu"))
+    ck.load_checkpoint(
+        path, tiny_model(), build_optimizers(tiny_model(), OPTIM), torch.device("cpu")
+    )
     assert seen == [True]
 
 
@@ -258,7 +274,9 @@ def test_lone_model_safetensors_carries_its_config(tmp_path: Path) -> None:
 
 def test_kit_final_pt_layout_loads_with_weights_only(tmp_path: Path) -> None:
     model, _ = trained()
-    final = ck.save_final(tmp_path, model, {"val_bpb": None, "recipe": {"optim": {"adam_betas": [0.8, 0.95]}}})
+    final = ck.save_final(
+        tmp_path, model, {"val_bpb": None, "recipe": {"optim": {"adam_betas": [0.8, 0.95]}}}
+    )
     blob = torch.load(final / ck.KIT_FILE, map_location="cpu", weights_only=True)
     assert set(blob) == {"model_state", "model_config", "meta"}
     assert blob["model_config"] == model.config.to_dict()

@@ -19,7 +19,12 @@ class FakeTime:
 
 
 def make_clock(t: FakeTime, **kw) -> BudgetClock:
-    args = dict(budget_seconds=100.0, startup_steps_excluded=2, startup_allowance_cap_seconds=10.0, checkpoint_reserve_seconds=5.0)
+    args = dict(
+        budget_seconds=100.0,
+        startup_steps_excluded=2,
+        startup_allowance_cap_seconds=10.0,
+        checkpoint_reserve_seconds=5.0,
+    )
     args.update(kw)
     return BudgetClock(time_fn=t, **args)
 
@@ -90,7 +95,9 @@ def test_stops_before_the_budget_keeping_the_reserve() -> None:
     while not clock.should_stop():
         step += 1
         clock.step_started()
-        t.advance(30.0 if step <= 2 else (1.0 if step % 7 else 3.0))  # startup compile, then jittery steps
+        t.advance(
+            30.0 if step <= 2 else (1.0 if step % 7 else 3.0)
+        )  # startup compile, then jittery steps
         clock.boundary(step)
         t.advance(0.05)  # logging between steps is charged too
         assert step < 10_000
@@ -164,7 +171,9 @@ def test_over_budget_is_reported() -> None:
 
 
 @pytest.mark.parametrize("excluded,cap", [(5, 900.0), (5, 3.0), (0, 900.0), (2, 0.0), (50, 10.0)])
-def test_matches_prepare_budget_accounting_exactly(prepare_module, tmp_path, monkeypatch, excluded, cap) -> None:
+def test_matches_prepare_budget_accounting_exactly(
+    prepare_module, tmp_path, monkeypatch, excluded, cap
+) -> None:
     """Drive prepare.record_step_boundary and the clock from one fake time source, then
     compare the clock's numbers with prepare.budget_accounting over the step log."""
     import random
@@ -175,8 +184,15 @@ def test_matches_prepare_budget_accounting_exactly(prepare_module, tmp_path, mon
     log = tmp_path / "steps.jsonl"
     monkeypatch.setenv("TRNF_STEP_LOG", str(log))
     monkeypatch.setattr(prepare_module, "_step_log_started", set())
-    clock = BudgetClock(60.0, excluded, cap, 2.0, time_fn=t, on_boundary=prepare_module.record_step_boundary,
-                        start_time=prepare_module.PROCESS_START_TIME)
+    clock = BudgetClock(
+        60.0,
+        excluded,
+        cap,
+        2.0,
+        time_fn=t,
+        on_boundary=prepare_module.record_step_boundary,
+        start_time=prepare_module.PROCESS_START_TIME,
+    )
     rng = random.Random(excluded)
     for step in range(1, 21):
         clock.step_started()
@@ -185,7 +201,13 @@ def test_matches_prepare_budget_accounting_exactly(prepare_module, tmp_path, mon
         t.advance(rng.uniform(0.0, 0.2))
     theirs = prepare_module.budget_accounting(log, budget=60.0, steps_excluded=excluded, cap=cap)
     ours = clock.summary()
-    for key in ("startup_seconds", "excluded_seconds", "charged_seconds", "headroom_seconds", "over_budget"):
+    for key in (
+        "startup_seconds",
+        "excluded_seconds",
+        "charged_seconds",
+        "headroom_seconds",
+        "over_budget",
+    ):
         assert ours[key] == theirs[key], key
 
 

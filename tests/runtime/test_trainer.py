@@ -42,9 +42,23 @@ TINY = [
     "budget.startup_steps_excluded=2",
 ]
 SUMMARY_KEYS = {
-    "val_bpb", "params", "tokens", "steps", "tokens_per_second", "charged_seconds", "startup_seconds",
-    "headroom_seconds", "over_budget", "device", "world_size", "status", "versions", "prepare_sha256",
-    "tokenizer_sha256", "eval_tokens", "eval_seq_len",
+    "val_bpb",
+    "params",
+    "tokens",
+    "steps",
+    "tokens_per_second",
+    "charged_seconds",
+    "startup_seconds",
+    "headroom_seconds",
+    "over_budget",
+    "device",
+    "world_size",
+    "status",
+    "versions",
+    "prepare_sha256",
+    "tokenizer_sha256",
+    "eval_tokens",
+    "eval_seq_len",
 }
 
 
@@ -76,7 +90,13 @@ def test_run_directory_and_summary(sample_home: Path, prepare_module, tmp_path: 
     assert summary["world_size"] == 1 and summary["device"] == "cpu"
     assert summary["eval_tokens"] == 2048 and summary["eval_seq_len"] == 32
     assert summary["tokenizer_sha256"] == prepare_module.ensure_tokenizer().sha256
-    for name in ("metrics.jsonl", "step_boundaries.jsonl", "final/model.safetensors", "final/meta.json", "final/final.pt"):
+    for name in (
+        "metrics.jsonl",
+        "step_boundaries.jsonl",
+        "final/model.safetensors",
+        "final/meta.json",
+        "final/final.pt",
+    ):
         assert (run / name).is_file(), name
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -94,7 +114,9 @@ def test_run_directory_and_summary(sample_home: Path, prepare_module, tmp_path: 
 
     # The recorded val_bpb is what a fresh evaluation of final/ gives, to the last digit.
     model = ck.load_for_eval(str(run / "final"), "cpu")
-    again = prepare_module.evaluate_bpb(model, prepare_module.ensure_tokenizer(), 8, seq_len=32, device="cpu", max_tokens=2048)
+    again = prepare_module.evaluate_bpb(
+        model, prepare_module.ensure_tokenizer(), 8, seq_len=32, device="cpu", max_tokens=2048
+    )
     assert again["val_bpb"] == summary["val_bpb"]
     blob = torch.load(run / "final" / "final.pt", weights_only=True)
     assert blob["meta"]["recipe"]["name"] == "cpu_smoke" and blob["meta"]["step"] == 6
@@ -103,7 +125,12 @@ def test_run_directory_and_summary(sample_home: Path, prepare_module, tmp_path: 
 def test_cpu_training_is_deterministic(sample_home: Path, tmp_path: Path) -> None:
     """Same seed, same curve. (In schedule.mode=time the LR follows the wall clock, so only
     a step-driven schedule can be bit-identical from run to run.)"""
-    recipe = tiny_recipe("schedule.mode=steps", "schedule.total_steps=5", "eval.final=false", "data.total_batch_tokens=256")
+    recipe = tiny_recipe(
+        "schedule.mode=steps",
+        "schedule.total_steps=5",
+        "eval.final=false",
+        "data.total_batch_tokens=256",
+    )
     first = train(recipe, tmp_path / "a")
     second = train(recipe, tmp_path / "b")
     assert first["steps"] == second["steps"] == 5
@@ -114,12 +141,17 @@ def test_cpu_training_is_deterministic(sample_home: Path, tmp_path: Path) -> Non
 
 
 def test_loss_goes_down(sample_home: Path, tmp_path: Path) -> None:
-    train(tiny_recipe("schedule.mode=steps", "schedule.total_steps=25", "eval.final=false"), tmp_path / "r")
+    train(
+        tiny_recipe("schedule.mode=steps", "schedule.total_steps=25", "eval.final=false"),
+        tmp_path / "r",
+    )
     curve = losses(tmp_path / "r")
     assert sum(curve[-5:]) / 5 < curve[0] - 0.5
 
 
-def test_divergence_stops_saves_last_good_and_names_the_step(sample_home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_divergence_stops_saves_last_good_and_names_the_step(
+    sample_home: Path, tmp_path: Path, monkeypatch
+) -> None:
     real = GPT.loss
     calls = {"n": 0}
 
@@ -137,7 +169,9 @@ def test_divergence_stops_saves_last_good_and_names_the_step(sample_home: Path, 
     good = Path(summary["last_good_checkpoint"])
     assert good.name == "step_000003" and ck.latest_checkpoint(run) == good
     assert json.loads((good / "meta.json").read_text())["step"] == 3
-    assert all(torch.isfinite(t).all() for t in ck.read_safetensors(good / "model.safetensors")[0].values())
+    assert all(
+        torch.isfinite(t).all() for t in ck.read_safetensors(good / "model.safetensors")[0].values()
+    )
     assert not (run / "final").exists()
     assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
 
@@ -149,13 +183,20 @@ def test_exploding_loss_above_max_loss_is_divergence(sample_home: Path, tmp_path
 
 
 def test_time_budget_stops_before_the_budget(sample_home: Path, tmp_path: Path) -> None:
-    recipe = tiny_recipe("budget.seconds=4", "budget.checkpoint_reserve_seconds=1", "eval.final=false",
-                         "budget.startup_steps_excluded=1")
+    recipe = tiny_recipe(
+        "budget.seconds=4",
+        "budget.checkpoint_reserve_seconds=1",
+        "eval.final=false",
+        "budget.startup_steps_excluded=1",
+    )
     summary = train(recipe, tmp_path / "r")
     assert summary["stop_reason"] == "budget"
     assert summary["over_budget"] is False
     assert summary["charged_seconds"] <= 4.0 - 1.0
-    lrs = [r["lrm"] for r in map(json.loads, (tmp_path / "r" / "metrics.jsonl").read_text().splitlines())]
+    lrs = [
+        r["lrm"]
+        for r in map(json.loads, (tmp_path / "r" / "metrics.jsonl").read_text().splitlines())
+    ]
     assert lrs[-1] < 0.6  # the time-driven warmdown was well under way when time ran out
 
 
@@ -168,15 +209,31 @@ def test_resume_without_a_checkpoint_is_an_error(sample_home: Path, tmp_path: Pa
 
 def _entry(run: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "trnfrontier.runtime.entry", "--recipe", str(run / "recipe.json"), "--out", str(run), *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py")},
+        [
+            sys.executable,
+            "-m",
+            "trnfrontier.runtime.entry",
+            "--recipe",
+            str(run / "recipe.json"),
+            "--out",
+            str(run),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py")},
     )
 
 
 @pytest.mark.slow
 def test_kill_9_then_resume_reaches_the_same_final_loss(sample_home: Path, tmp_path: Path) -> None:
-    recipe = tiny_recipe("schedule.mode=steps", "schedule.total_steps=24", "run.checkpoint_every_seconds=0.001",
-                         "eval.final=false")
+    recipe = tiny_recipe(
+        "schedule.mode=steps",
+        "schedule.total_steps=24",
+        "run.checkpoint_every_seconds=0.001",
+        "eval.final=false",
+    )
     runs = {}
     for name in ("whole", "killed"):
         runs[name] = tmp_path / name
@@ -217,7 +274,12 @@ def test_two_process_torchrun_matches_one_process(sample_home: Path, tmp_path: P
     """Same global batch (2 x 4 rows): one process accumulating two micro-batches vs two
     gloo ranks with one each. The trainer reads the same rows either way (virtual data
     shards), so the curves differ only by floating-point summation order."""
-    common = ["schedule.mode=steps", "schedule.total_steps=12", "eval.final=false", "data.total_batch_tokens=256"]
+    common = [
+        "schedule.mode=steps",
+        "schedule.total_steps=12",
+        "eval.final=false",
+        "data.total_batch_tokens=256",
+    ]
     single = tmp_path / "single"
     single.mkdir()
     (single / "recipe.json").write_text(json.dumps(tiny_recipe(*common)))
@@ -226,12 +288,42 @@ def test_two_process_torchrun_matches_one_process(sample_home: Path, tmp_path: P
     (double / "recipe.json").write_text(json.dumps(tiny_recipe(*common, "runtime.nproc=2")))
 
     env = {**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py"), "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "trnfrontier.runtime.entry", "--recipe", str(single / "recipe.json"),
-                          "--out", str(single)], capture_output=True, cwd=REPO, env=env, timeout=300)
+    one = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trnfrontier.runtime.entry",
+            "--recipe",
+            str(single / "recipe.json"),
+            "--out",
+            str(single),
+        ],
+        capture_output=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert one.returncode == 0, one.stderr.decode()[-2000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "trnfrontier.runtime.entry", "--recipe", str(double / "recipe.json"), "--out", str(double)],
-                         capture_output=True, cwd=REPO, env=env, timeout=600)
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "trnfrontier.runtime.entry",
+            "--recipe",
+            str(double / "recipe.json"),
+            "--out",
+            str(double),
+        ],
+        capture_output=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
     assert two.returncode == 0, two.stderr.decode()[-4000:]
     s1 = json.loads((single / "summary.json").read_text())
     s2 = json.loads((double / "summary.json").read_text())

@@ -14,7 +14,9 @@ from trnfrontier.recipes.describe import count_params, json_schema, resolved, re
 from trnfrontier.recipes.loading import load_recipe
 from trnfrontier.recipes.registry import shipped_recipes
 
-app = typer.Typer(help="List, show, validate recipes and print their JSON Schema.", no_args_is_help=True)
+app = typer.Typer(
+    help="List, show, validate recipes and print their JSON Schema.", no_args_is_help=True
+)
 
 
 def _split(args: list[str]) -> tuple[list[str], list[str]]:
@@ -25,20 +27,24 @@ def _split(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 @app.command("list")
-def list_command(json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout.")) -> None:
+def list_command(
+    json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
     """The recipes that ship with trnf (use the name anywhere a recipe path goes)."""
     rows = []
     for name, path in shipped_recipes().items():
         recipe = load_recipe(path)
-        rows.append({
-            "name": name,
-            "path": str(path),
-            "params": count_params(recipe),
-            "device": recipe.runtime.device,
-            "nproc": recipe.runtime.nproc,
-            "budget_seconds": recipe.budget.seconds,
-            "description": recipe.description,
-        })
+        rows.append(
+            {
+                "name": name,
+                "path": str(path),
+                "params": count_params(recipe),
+                "device": recipe.runtime.device,
+                "nproc": recipe.runtime.nproc,
+                "budget_seconds": recipe.budget.seconds,
+                "description": recipe.description,
+            }
+        )
     if json_output:
         print_json(rows)
         return
@@ -46,20 +52,29 @@ def list_command(json_output: bool = typer.Option(False, "--json", help="One JSO
     for column in ("name", "params", "device", "budget", "description"):
         table.add_column(column, justify="right" if column in ("params", "budget") else "left")
     for row in rows:
-        table.add_row(row["name"], f"{row['params'] / 1e6:.1f}M", f"{row['device']} x {row['nproc']}",
-                      f"{row['budget_seconds']:g} s", row["description"])
+        table.add_row(
+            row["name"],
+            f"{row['params'] / 1e6:.1f}M",
+            f"{row['device']} x {row['nproc']}",
+            f"{row['budget_seconds']:g} s",
+            row["description"],
+        )
     out().print(table)
 
 
 @app.command("show")
 def show_command(
-    args: list[str] = typer.Argument(..., metavar="RECIPE [key.path=value ...]", help="A name or path, then overrides."),
+    args: list[str] = typer.Argument(
+        ..., metavar="RECIPE [key.path=value ...]", help="A name or path, then overrides."
+    ),
     json_output: bool = typer.Option(False, "--json", help="The resolved recipe as JSON."),
 ) -> None:
     """Print the resolved recipe (every key, defaults filled in, overrides applied)."""
     refs, overrides = _split(args)
     if len(refs) != 1:
-        raise UsageError(f"`trnf recipes show` takes one recipe, got {len(refs)}: {' '.join(refs) or '(none)'}")
+        raise UsageError(
+            f"`trnf recipes show` takes one recipe, got {len(refs)}: {' '.join(refs) or '(none)'}"
+        )
     recipe = load_recipe(refs[0], overrides)
     if json_output:
         print_json(resolved(recipe))
@@ -70,7 +85,9 @@ def show_command(
 
 @app.command("validate")
 def validate_command(
-    args: list[str] = typer.Argument(..., metavar="RECIPE... [key.path=value ...]", help="Recipes, then overrides for all."),
+    args: list[str] = typer.Argument(
+        ..., metavar="RECIPE... [key.path=value ...]", help="Recipes, then overrides for all."
+    ),
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """Check recipes (with overrides) against the schema; exit 2 if any is invalid."""
@@ -84,7 +101,9 @@ def validate_command(
         except TrnfError as exc:
             results.append({"recipe": ref, "valid": False, "error": str(exc)})
             continue
-        results.append({"recipe": ref, "valid": True, "name": recipe.name, "params": count_params(recipe)})
+        results.append(
+            {"recipe": ref, "valid": True, "name": recipe.name, "params": count_params(recipe)}
+        )
     bad = [r for r in results if not r["valid"]]
     if json_output:
         print_json(results)
@@ -92,7 +111,9 @@ def validate_command(
         console = out()
         for r in results:
             if r["valid"]:
-                console.print(f"[green]ok[/green]  {escape(r['recipe'])}  ({r['name']}, {r['params']:,} parameters)")
+                console.print(
+                    f"[green]ok[/green]  {escape(r['recipe'])}  ({r['name']}, {r['params']:,} parameters)"
+                )
         for r in bad:
             err().print(f"[red]invalid[/red]  {escape(r['error'])}")
     if bad:
@@ -101,7 +122,9 @@ def validate_command(
 
 @app.command("schema")
 def schema_command(
-    output: str | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    output: str | None = typer.Option(
+        None, "--output", "-o", help="Write to this file instead of stdout."
+    ),
 ) -> None:
     """The recipe's JSON Schema, for editor completion and validation."""
     text = json_schema() + "\n"

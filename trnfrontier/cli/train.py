@@ -22,18 +22,34 @@ from trnfrontier.training import (
 
 def command(
     ctx: typer.Context,
-    recipe: str | None = typer.Argument(None, help="Recipe YAML path or shipped name (cpu_smoke, baseline_d10, muon_gqa)."),
+    recipe: str | None = typer.Argument(
+        None, help="Recipe YAML path or shipped name (cpu_smoke, baseline_d10, muon_gqa)."
+    ),
     out_dir: Path | None = typer.Option(None, "--out", help="Run directory (default runs/<name>)."),
     name: str | None = typer.Option(None, "--name", help="Run name: the run goes to runs/NAME."),
-    nproc: int | None = typer.Option(None, "--nproc", min=1, help="Processes (torchrun --nproc_per_node); sets runtime.nproc."),
-    lnc: int | None = typer.Option(None, "--lnc", help="NEURON_LOGICAL_NC_CONFIG (1 or 2); sets runtime.lnc."),
-    resume: Path | None = typer.Option(None, "--resume", help="Continue RUN_DIR from its latest checkpoint."),
-    json_output: bool = typer.Option(False, "--json", help="Print the run's summary as one JSON document on stdout."),
-    train_py: Path | None = typer.Option(
-        None, "--train-py", help="Run a kit-style train.py under torchrun as the organisers do, instead of a recipe."
+    nproc: int | None = typer.Option(
+        None, "--nproc", min=1, help="Processes (torchrun --nproc_per_node); sets runtime.nproc."
     ),
-    timeout: float | None = typer.Option(None, "--timeout", help="--train-py: kill the run after this many seconds."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="--train-py: a few CPU steps in a clean environment."),
+    lnc: int | None = typer.Option(
+        None, "--lnc", help="NEURON_LOGICAL_NC_CONFIG (1 or 2); sets runtime.lnc."
+    ),
+    resume: Path | None = typer.Option(
+        None, "--resume", help="Continue RUN_DIR from its latest checkpoint."
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the run's summary as one JSON document on stdout."
+    ),
+    train_py: Path | None = typer.Option(
+        None,
+        "--train-py",
+        help="Run a kit-style train.py under torchrun as the organisers do, instead of a recipe.",
+    ),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="--train-py: kill the run after this many seconds."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="--train-py: a few CPU steps in a clean environment."
+    ),
     steps: int | None = typer.Option(None, "--steps", help="--train-py --dry-run: how many steps."),
 ) -> None:
     """Train a recipe within its budget. Override any key: `optim.matrix_lr=0.03 budget.seconds=120`.
@@ -41,17 +57,34 @@ def command(
     With --train-py, run a team's own train.py instead (its arguments after `--`)."""
     if train_py is not None:
         if resume is not None or name is not None:
-            raise UsageError("--train-py runs a script as the organisers do; --resume and --name are for recipe runs")
+            raise UsageError(
+                "--train-py runs a script as the organisers do; --resume and --name are for recipe runs"
+            )
         # After `--` every word is the script's, including one click took for RECIPE.
         script_args = ([recipe] if recipe is not None else []) + list(ctx.args)
         from trnfrontier.kit.command import kit_command
 
-        kit_command(train_py=train_py, nproc=nproc or 1, lnc=2 if lnc is None else lnc, out_dir=out_dir, timeout=timeout,
-                    dry_run=dry_run, steps=steps, args=script_args, json_output=json_output)
+        kit_command(
+            train_py=train_py,
+            nproc=nproc or 1,
+            lnc=2 if lnc is None else lnc,
+            out_dir=out_dir,
+            timeout=timeout,
+            dry_run=dry_run,
+            steps=steps,
+            args=script_args,
+            json_output=json_output,
+        )
         return
-    for flag, given in (("--timeout", timeout is not None), ("--dry-run", dry_run), ("--steps", steps is not None)):
+    for flag, given in (
+        ("--timeout", timeout is not None),
+        ("--dry-run", dry_run),
+        ("--steps", steps is not None),
+    ):
         if given:
-            raise UsageError(f"{flag} applies to --train-py runs; a recipe run's limits are budget.seconds and budget.max_steps")
+            raise UsageError(
+                f"{flag} applies to --train-py runs; a recipe run's limits are budget.seconds and budget.max_steps"
+            )
 
     extras = list(ctx.args)
     if recipe is not None and "=" in recipe and not Path(recipe).exists():
@@ -62,19 +95,25 @@ def command(
         overrides.append(f"runtime.lnc={lnc}")
     if resume is not None:
         if recipe is not None:
-            raise UsageError("--resume RUN_DIR uses the run's own recipe.json; give no RECIPE with it")
+            raise UsageError(
+                "--resume RUN_DIR uses the run's own recipe.json; give no RECIPE with it"
+            )
         if out_dir is not None or name is not None:
             raise UsageError("--resume RUN_DIR continues in RUN_DIR; --out and --name do not apply")
         plan = plan_resume(resume, overrides, nproc)
     else:
         if recipe is None:
-            raise UsageError("give a RECIPE (a YAML path or a shipped name; `trnf recipes list`), or --resume RUN_DIR")
+            raise UsageError(
+                "give a RECIPE (a YAML path or a shipped name; `trnf recipes list`), or --resume RUN_DIR"
+            )
         plan = plan_new_run(recipe, overrides, out=out_dir, name=name, nproc=nproc)
 
     try:
         summary = run_plan(plan, live=True)
     except KeyboardInterrupt:
-        err().print(f"training stopped; continue it with `trnf train --resume {plan.run_dir}` (from its latest checkpoint)")
+        err().print(
+            f"training stopped; continue it with `trnf train --resume {plan.run_dir}` (from its latest checkpoint)"
+        )
         raise
     if json_output:
         print_json(summary)

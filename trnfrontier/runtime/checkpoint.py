@@ -91,7 +91,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_json(path: Path, document: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    atomic_write_bytes(
+        path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    )
 
 
 def _write_file(path: Path, write: Callable[[IO[bytes]], None]) -> None:
@@ -160,7 +162,11 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes()
 
 
-def write_safetensors(handle: IO[bytes], tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
+def write_safetensors(
+    handle: IO[bytes],
+    tensors: Mapping[str, torch.Tensor],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
     """Serialise ``tensors`` in the safetensors format (what ``safetensors.torch.save`` writes)."""
     if sys.byteorder != "little":
         raise RuntimeError("safetensors is little-endian; this writer does not byte-swap")
@@ -172,9 +178,15 @@ def write_safetensors(handle: IO[bytes], tensors: Mapping[str, torch.Tensor], me
     for name in sorted(tensors):
         t = tensors[name]
         if t.dtype not in _ST_DTYPES:
-            raise TypeError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store here")
+            raise TypeError(
+                f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store here"
+            )
         blob = _tensor_bytes(t)
-        header[name] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": _ST_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
         blobs.append(blob)
         offset += len(blob)
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -213,7 +225,9 @@ def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str
             numel *= d
         itemsize = torch.empty((), dtype=dtype).element_size()
         if end - begin != numel * itemsize:
-            raise ValueError(f"{path}: tensor {name!r} has {end - begin} bytes for shape {shape} {info['dtype']}")
+            raise ValueError(
+                f"{path}: tensor {name!r} has {end - begin} bytes for shape {shape} {info['dtype']}"
+            )
         if numel == 0:
             tensors[name] = torch.empty(shape, dtype=dtype)
             continue
@@ -231,7 +245,11 @@ def unwrap(model: nn.Module) -> nn.Module:
     while True:
         if hasattr(model, "_orig_mod"):
             model = model._orig_mod  # type: ignore[assignment]
-        elif isinstance(model, nn.parallel.DistributedDataParallel) or hasattr(model, "module") and isinstance(model.module, nn.Module):
+        elif (
+            isinstance(model, nn.parallel.DistributedDataParallel)
+            or hasattr(model, "module")
+            and isinstance(model.module, nn.Module)
+        ):
             model = model.module  # type: ignore[assignment]
         else:
             return model
@@ -253,7 +271,9 @@ def _clean_keys(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def build_model(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], device: str | torch.device = "cpu") -> GPT:
+def build_model(
+    config: Mapping[str, Any], state: Mapping[str, torch.Tensor], device: str | torch.device = "cpu"
+) -> GPT:
     """A GPT from a stored config and state dict, without drawing random numbers."""
     cfg = GPTConfig.from_dict(dict(config))
     with torch.device("meta"):
@@ -293,7 +313,13 @@ def capture_rng(device: torch.device) -> tuple[dict[str, Any], dict[str, torch.T
     np_state = np.random.get_state()
     plain = {
         "python": [version, list(internal), gauss],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "numpy": [
+            np_state[0],
+            np_state[1].tolist(),
+            int(np_state[2]),
+            int(np_state[3]),
+            float(np_state[4]),
+        ],
     }
     tensors = {"torch_cpu": torch.get_rng_state()}
     if device.type == "cuda":
@@ -301,7 +327,9 @@ def capture_rng(device: torch.device) -> tuple[dict[str, Any], dict[str, torch.T
     return plain, tensors
 
 
-def restore_rng(plain: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], device: torch.device) -> None:
+def restore_rng(
+    plain: Mapping[str, Any], tensors: Mapping[str, torch.Tensor], device: torch.device
+) -> None:
     version, internal, gauss = plain["python"]
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = plain["numpy"]
@@ -326,7 +354,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     found = []
     for child in root.iterdir():
         match = _STEP_DIR.match(child.name)
-        if match and child.is_dir() and all((child / f).is_file() for f in (MODEL_FILE, META_FILE, OPTIM_FILE, STATE_FILE)):
+        if (
+            match
+            and child.is_dir()
+            and all((child / f).is_file() for f in (MODEL_FILE, META_FILE, OPTIM_FILE, STATE_FILE))
+        ):
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
 
@@ -368,7 +400,9 @@ def save_checkpoint(
     config = _config_of(model)
     full_meta = {**meta, "format": CHECKPOINT_FORMAT, "step": step, "model_config": config}
     state = {"step": step, "ranks": rank_states}
-    rng = {f"rank{r}.{name}": t for r, tensors in enumerate(rank_rng) for name, t in tensors.items()}
+    rng = {
+        f"rank{r}.{name}": t for r, tensors in enumerate(rank_rng) for name, t in tensors.items()
+    }
     optim_state = {"optimizers": [opt.state_dict() for opt in optimizers]}
     target = write_directory(
         root / step_dir_name(step),
@@ -402,14 +436,22 @@ def load_checkpoint(
     optimizers = list(optimizers)
     saved = optim_state["optimizers"]
     if len(saved) != len(optimizers):
-        raise ValueError(f"{checkpoint_dir}: {len(saved)} optimizer states for {len(optimizers)} optimizers")
+        raise ValueError(
+            f"{checkpoint_dir}: {len(saved)} optimizer states for {len(optimizers)} optimizers"
+        )
     for opt, sd in zip(optimizers, saved, strict=True):
         opt.load_state_dict(sd)
     state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
     ranks = state["ranks"]
     if rank >= len(ranks):
-        raise ValueError(f"{checkpoint_dir} was written by {len(ranks)} ranks; rank {rank} has no state (resume with the same --nproc)")
-    rng_all, _ = read_safetensors(checkpoint_dir / RNG_FILE) if (checkpoint_dir / RNG_FILE).is_file() else ({}, {})
+        raise ValueError(
+            f"{checkpoint_dir} was written by {len(ranks)} ranks; rank {rank} has no state (resume with the same --nproc)"
+        )
+    rng_all, _ = (
+        read_safetensors(checkpoint_dir / RNG_FILE)
+        if (checkpoint_dir / RNG_FILE).is_file()
+        else ({}, {})
+    )
     prefix = f"rank{rank}."
     rng = {name[len(prefix) :]: t for name, t in rng_all.items() if name.startswith(prefix)}
     return {"meta": meta, "state": ranks[rank], "rng": rng}
@@ -440,16 +482,25 @@ def _resolve_model_file(path: Path) -> Path:
         return path
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such checkpoint file or directory")
-    for candidate in (path / MODEL_FILE, path / KIT_FILE, path / FINAL_DIR / MODEL_FILE, path / FINAL_DIR / KIT_FILE):
+    for candidate in (
+        path / MODEL_FILE,
+        path / KIT_FILE,
+        path / FINAL_DIR / MODEL_FILE,
+        path / FINAL_DIR / KIT_FILE,
+    ):
         if candidate.is_file():
             return candidate
     latest = latest_checkpoint(path)
     if latest is not None:
         return latest / MODEL_FILE
-    raise FileNotFoundError(f"{path}: holds no model.safetensors, final.pt, final/ or checkpoints/step_*/")
+    raise FileNotFoundError(
+        f"{path}: holds no model.safetensors, final.pt, final/ or checkpoints/step_*/"
+    )
 
 
-def read_model_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
+def read_model_file(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
     """(model config, CPU state dict, meta) from any accepted checkpoint path."""
     file = _resolve_model_file(Path(path))
     if file.suffix == ".safetensors":
@@ -460,11 +511,15 @@ def read_model_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
         if config is None and "model_config" in metadata:
             config = json.loads(metadata["model_config"])
         if config is None:
-            raise ValueError(f"{file}: no model config (neither meta.json beside it nor in its metadata)")
+            raise ValueError(
+                f"{file}: no model config (neither meta.json beside it nor in its metadata)"
+            )
         return config, state, meta
     blob = torch.load(file, map_location="cpu", weights_only=True)
     if not isinstance(blob, dict) or "model_state" not in blob or "model_config" not in blob:
-        raise ValueError(f"{file}: not a final.pt (expected a dict with model_state and model_config)")
+        raise ValueError(
+            f"{file}: not a final.pt (expected a dict with model_state and model_config)"
+        )
     return blob["model_config"], blob["model_state"], blob.get("meta") or {}
 
 

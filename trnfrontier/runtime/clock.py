@@ -56,7 +56,9 @@ class BudgetClock:
         excluded; a resumed process may exclude only what is left of the startup cap."""
         self.budget_seconds = float(budget_seconds)
         self.startup_steps_excluded = int(startup_steps_excluded)
-        self.cap_seconds = max(0.0, float(startup_allowance_cap_seconds) - float(prior_excluded_seconds))
+        self.cap_seconds = max(
+            0.0, float(startup_allowance_cap_seconds) - float(prior_excluded_seconds)
+        )
         self.reserve_seconds = float(checkpoint_reserve_seconds)
         self.prior_charged_seconds = float(prior_charged_seconds)
         self.prior_excluded_seconds = float(prior_excluded_seconds)
@@ -138,7 +140,10 @@ class BudgetClock:
     def should_stop(self) -> bool:
         """True when one more step (the longest recent one) plus the checkpoint reserve
         would cross the budget."""
-        return self.charged_seconds() + self.longest_recent_step() + self.reserve_seconds >= self.budget_seconds
+        return (
+            self.charged_seconds() + self.longest_recent_step() + self.reserve_seconds
+            >= self.budget_seconds
+        )
 
     def progress(self) -> float:
         """Fraction of the usable budget charged so far, in [0, 1], for time-driven schedules.

@@ -61,7 +61,9 @@ def import_neuron() -> ModuleType:
     try:
         import torch_neuronx  # type: ignore[import-not-found]
     except ImportError as exc:
-        raise DeviceError(f"device 'neuron' needs torch-neuronx ({exc}). {NEURON_PIP_HINT}") from None
+        raise DeviceError(
+            f"device 'neuron' needs torch-neuronx ({exc}). {NEURON_PIP_HINT}"
+        ) from None
     return torch_neuronx
 
 
@@ -90,17 +92,23 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         return torch.device("cpu")
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto")
+            raise DeviceError(
+                "runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto"
+            )
         count = torch.cuda.device_count()
         if local_rank >= count:
-            raise DeviceError(f"local rank {local_rank} has no GPU ({count} visible); lower --nproc")
+            raise DeviceError(
+                f"local rank {local_rank} has no GPU ({count} visible); lower --nproc"
+            )
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     if name == "neuron":
         import_neuron()
         count = torch.accelerator.device_count()
         if count < 1:
-            raise DeviceError("torch-neuronx is installed but shows no NeuronCore; is this a Trainium instance?")
+            raise DeviceError(
+                "torch-neuronx is installed but shows no NeuronCore; is this a Trainium instance?"
+            )
         if local_rank >= count:
             raise DeviceError(
                 f"local rank {local_rank} has no logical NeuronCore ({count} visible with "
@@ -121,7 +129,9 @@ def resolve_dtype(device: torch.device, name: str) -> torch.dtype:
         return torch.float32
     if name == "bfloat16":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise DeviceError(f"runtime.dtype=bfloat16 but {torch.cuda.get_device_name(device)} has no bf16; use float32")
+            raise DeviceError(
+                f"runtime.dtype=bfloat16 but {torch.cuda.get_device_name(device)} has no bf16; use float32"
+            )
         return torch.bfloat16
     if name != "auto":
         raise DeviceError(f"unknown dtype {name!r}; choose auto, float32 or bfloat16")

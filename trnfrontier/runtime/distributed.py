@@ -44,7 +44,9 @@ def backend_for(device_type: str) -> str:
     try:
         return BACKENDS[device_type]
     except KeyError:
-        raise ValueError(f"no torch.distributed backend known for device type {device_type!r}") from None
+        raise ValueError(
+            f"no torch.distributed backend known for device type {device_type!r}"
+        ) from None
 
 
 def init(device: torch.device, info: DistInfo) -> None:
@@ -67,7 +69,9 @@ def wrap(module: nn.Module, device: torch.device, info: DistInfo) -> nn.Module:
     if not info.is_distributed:
         return module
     device_ids = [device.index] if device.type == "cuda" and device.index is not None else None
-    return nn.parallel.DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
+    return nn.parallel.DistributedDataParallel(
+        module, device_ids=device_ids, broadcast_buffers=False
+    )
 
 
 def active() -> bool:
@@ -93,7 +97,9 @@ def mean(value: float, device: torch.device) -> float:
     """The mean of a float over ranks (for logging a global loss)."""
     if not active():
         return value
-    t = torch.tensor([value], dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device)
+    t = torch.tensor(
+        [value], dtype=torch.float64 if device.type == "cpu" else torch.float32, device=device
+    )
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return float(t.item()) / dist.get_world_size()
 

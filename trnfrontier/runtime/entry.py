@@ -22,10 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     load_prepare()
     from trnfrontier.runtime.trainer import EXIT_DIVERGED, train
 
-    parser = argparse.ArgumentParser(prog="python -m trnfrontier.runtime.entry", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m trnfrontier.runtime.entry", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--recipe", required=True, type=Path, help="the resolved recipe (JSON)")
     parser.add_argument("--out", required=True, type=Path, help="the run directory")
-    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the run's latest checkpoint"
+    )
     args = parser.parse_args(argv)
     try:
         recipe = json.loads(args.recipe.read_text(encoding="utf-8"))
