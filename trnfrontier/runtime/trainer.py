@@ -453,8 +453,13 @@ def _format_record(record: dict[str, Any], budget: float) -> str:
     return " | ".join(parts)
 
 
-def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False) -> dict[str, Any]:
-    """Train one run into ``out_dir`` and return its summary (also in summary.json)."""
+def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False, step_log: Path | None = None) -> dict[str, Any]:
+    """Train one run into ``out_dir`` and return its summary (also in summary.json).
+
+    ``step_log``: where ``record_step_boundary`` appends (default
+    ``out_dir/step_boundaries.jsonl``); a generated train.py passes the path its launcher
+    set in ``TRNF_STEP_LOG`` (kit-mode `trnf train --train-py`, verify's dry run).
+    """
     out_dir = Path(out_dir).resolve()
     info = distributed.dist_info()
     runtime = recipe["runtime"]
@@ -462,7 +467,7 @@ def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False) -> dict[s
         torch.set_num_threads(int(runtime["threads"]))
     if recipe["data"].get("dataset"):
         os.environ["TRNF_DATASET"] = str(recipe["data"]["dataset"])
-    os.environ["TRNF_STEP_LOG"] = str(out_dir / STEP_LOG_FILE)
+    os.environ["TRNF_STEP_LOG"] = str(Path(step_log).resolve() if step_log else out_dir / STEP_LOG_FILE)
     if runtime["device"] in ("neuron", "auto"):
         os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime["lnc"]))
     prepare = load_prepare()
