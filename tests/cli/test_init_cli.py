@@ -61,3 +61,22 @@ def test_init_output_trains_on_cpu_packages_and_verifies(sample_home: Path, tmp_
     assert {"train.py", "logs/summary.json", "logs/step_boundaries.jsonl", "checkpoint/model.safetensors"} <= set(document["members"])
     report = verify_archive(out, Options(dry_run=True, dry_run_steps=2, rerun_eval=True))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
+
+
+@pytest.mark.slow
+def test_init_output_through_kit_mode_train_then_package_from_the_run_dir(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`trnf train --train-py` (the organisers' launch, its own step log) -> `trnf package --train-py --run-dir`:
+    the checkpoint and launch line come from the kit run directory, the score from the trusted evaluation."""
+    team = tmp_path / "team"
+    assert run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)[0] == 0
+    shutil.copy(REPO / "prepare.py", team / "prepare.py")
+    code, _, err = run_cli(["train", "--train-py", str(team / "train.py"), "--out", str(tmp_path / "kitrun"), "--nproc", "1"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "kitrun" / "step_boundaries.jsonl").is_file()  # the launcher's TRNF_STEP_LOG was honoured
+    out = tmp_path / "s.tar"
+    code, stdout, err = run_cli(["package", "--train-py", str(team / "train.py"), "--run-dir", str(tmp_path / "kitrun"),
+                                 "--val-bpb-from-eval", "-o", str(out), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout)["launch"] == LAUNCH
+    report = verify_archive(out, Options())
+    assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]

@@ -100,7 +100,8 @@ def publish_final(run_dir: Path, out_dir: Path) -> None:
 
 def main() -> int:
     recipe = effective_recipe(RECIPE)
-{kernels}    summary = train(recipe, RUN_DIR)
+{kernels}    # A launcher that reads the step-boundary log elsewhere says where (kit runs, dry runs).
+    summary = train(recipe, RUN_DIR, step_log=os.environ.get("TRNF_STEP_LOG") or None)
     if summary.get("status") != "completed":
         return 3 if summary.get("status") == "diverged" else 1
     if int(os.environ.get("RANK", "0")) == 0:
@@ -156,7 +157,8 @@ def _docstring(recipe: dict[str, Any], mode: Mode, purpose: str) -> str:
         f"{shape}\n"
         f"Writes the run to {OUT_DIR}/run/ and the checkpoint to {OUT_DIR}/final.pt (+ model.safetensors, meta.json);\n"
         "load_for_eval(checkpoint_path, device) loads it back for the scorer.\n"
-        f"{DRY_RUN_STEPS_ENV}=N stops after N steps (a dry run); {DEVICE_ENV}=cpu trains on the CPU.\n"
+        f"{DRY_RUN_STEPS_ENV}=N stops after N steps (a dry run); {DEVICE_ENV}=cpu trains on the CPU;\n"
+        f"TRNF_STEP_LOG moves the step-boundary log (default {OUT_DIR}/run/step_boundaries.jsonl).\n"
         '"""\n'
     )
 
