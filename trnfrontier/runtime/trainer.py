@@ -90,8 +90,15 @@ def _grad_accum_steps(recipe: dict[str, Any], world: int) -> int:
 
 
 class Trainer:
-    def __init__(self, recipe: dict[str, Any], out_dir: Path, resume: bool, prepare: ModuleType,
-                 info: distributed.DistInfo, spec: devices.DeviceSpec) -> None:
+    def __init__(
+        self,
+        recipe: dict[str, Any],
+        out_dir: Path,
+        resume: bool,
+        prepare: ModuleType,
+        info: distributed.DistInfo,
+        spec: devices.DeviceSpec,
+    ) -> None:
         self.recipe, self.out_dir, self.resume = recipe, out_dir, resume
         self.prepare, self.info, self.spec = prepare, info, spec
         self.device = spec.device
@@ -106,7 +113,9 @@ class Trainer:
         self.tokenizer = prepare.ensure_tokenizer()
         vocab = self.tokenizer.get_vocab_size()
         if vocab != int(r["model"]["vocab_size"]):
-            raise TrainingError(f"model.vocab_size={r['model']['vocab_size']} but the tokenizer has {vocab} tokens")
+            raise TrainingError(
+                f"model.vocab_size={r['model']['vocab_size']} but the tokenizer has {vocab} tokens"
+            )
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
         self.model = GPT(GPTConfig.from_recipe(r["model"])).to(self.device)
         self.optimizers = build_optimizers(self.model, r["optim"])
@@ -124,7 +133,9 @@ class Trainer:
         step_module: nn.Module = distributed.wrap(_TrainLoss(self.model), self.device, info)
         self.ddp = step_module if info.is_distributed else None
         if r["runtime"]["compile"]:
-            step_module = torch.compile(step_module, backend="neuron" if self.device.type == "neuron" else "inductor")
+            step_module = torch.compile(
+                step_module, backend="neuron" if self.device.type == "neuron" else "inductor"
+            )
         self.step_module = step_module
         self.metrics = MetricsWriter(out_dir / METRICS_FILE, enabled=self.main)
 
@@ -133,11 +144,17 @@ class Trainer:
     def _restore(self) -> None:
         latest = ckpt.latest_checkpoint(self.out_dir)
         if latest is None:
-            raise TrainingError(f"{self.out_dir} has no complete checkpoint under checkpoints/ to resume from")
-        restored = ckpt.load_checkpoint(latest, self.model, self.optimizers, self.device, self.info.rank)
+            raise TrainingError(
+                f"{self.out_dir} has no complete checkpoint under checkpoints/ to resume from"
+            )
+        restored = ckpt.load_checkpoint(
+            latest, self.model, self.optimizers, self.device, self.info.rank
+        )
         meta, state = restored["meta"], restored["state"]
         if int(meta.get("world_size", 1)) != self.info.world_size:
-            raise TrainingError(f"{latest} was written by {meta.get('world_size')} processes; resume with the same --nproc")
+            raise TrainingError(
+                f"{latest} was written by {meta.get('world_size')} processes; resume with the same --nproc"
+            )
         self.step, self.tokens = int(meta["step"]), int(meta["tokens"])
         self.prior_charged = float(meta["charged_seconds"])
         self.prior_excluded = float(meta.get("excluded_seconds", 0.0))
@@ -172,8 +189,14 @@ class Trainer:
         path = None
         if self.main:
             path = ckpt.save_checkpoint(
-                self.out_dir, step=self.step, model=self.model, optimizers=self.optimizers,
-                meta=self._meta(clock), rank_states=states, rank_rng=rngs, keep_last=KEEP_CHECKPOINTS,  # type: ignore[arg-type]
+                self.out_dir,
+                step=self.step,
+                model=self.model,
+                optimizers=self.optimizers,
+                meta=self._meta(clock),
+                rank_states=states,
+                rank_rng=rngs,
+                keep_last=KEEP_CHECKPOINTS,  # type: ignore[arg-type]
             )
         distributed.barrier()
         return path
@@ -186,8 +209,12 @@ class Trainer:
         e = self.recipe["eval"]
         with devices.autocast(self.device, self.spec.dtype):
             return self.prepare.evaluate_bpb(
-                self.model, self.tokenizer, int(e["batch_size"]), seq_len=int(e["seq_len"]),
-                device=self.device, max_tokens=int(e["tokens"]),
+                self.model,
+                self.tokenizer,
+                int(e["batch_size"]),
+                seq_len=int(e["seq_len"]),
+                device=self.device,
+                max_tokens=int(e["tokens"]),
             )
 
     def _make_loaders(self) -> list[Any]:
@@ -211,13 +238,32 @@ class Trainer:
             world = self.info.world_size
             shards = world * self.accum
             if saved is not None and len(saved) != self.accum:
-                raise TrainingError(f"the checkpoint has {len(saved)} data streams for {self.accum} micro-steps; resume with the same recipe")
+                raise TrainingError(
+                    f"the checkpoint has {len(saved)} data streams for {self.accum} micro-steps; resume with the same recipe"
+                )
             return [
-                make(self.tokenizer, self.batch_size, self.seq_len, "train", **common,
-                     resume_state=saved[m] if saved else None, rank=self.info.rank + world * m, world_size=shards)
+                make(
+                    self.tokenizer,
+                    self.batch_size,
+                    self.seq_len,
+                    "train",
+                    **common,
+                    resume_state=saved[m] if saved else None,
+                    rank=self.info.rank + world * m,
+                    world_size=shards,
+                )
                 for m in range(self.accum)
             ]
-        return [make(self.tokenizer, self.batch_size, self.seq_len, "train", **common, resume_state=saved[0] if saved else None)]
+        return [
+            make(
+                self.tokenizer,
+                self.batch_size,
+                self.seq_len,
+                "train",
+                **common,
+                resume_state=saved[0] if saved else None,
+            )
+        ]
 
     def _weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
@@ -251,11 +297,14 @@ class Trainer:
         r = self.recipe
         b, o, e, run_cfg = r["budget"], r["optim"], r["eval"], r["run"]
         clock = BudgetClock(
-            b["seconds"], b["startup_steps_excluded"], b["startup_allowance_cap_seconds"],
+            b["seconds"],
+            b["startup_steps_excluded"],
+            b["startup_allowance_cap_seconds"],
             b["checkpoint_reserve_seconds"],
             on_boundary=self.prepare.record_step_boundary,
             start_time=getattr(self.prepare, "PROCESS_START_TIME", None) or process_start_time(),
-            prior_charged_seconds=self.prior_charged, prior_excluded_seconds=self.prior_excluded,
+            prior_charged_seconds=self.prior_charged,
+            prior_excluded_seconds=self.prior_excluded,
         )
         loaders = self._make_loaders()
         sched = r["schedule"]
@@ -277,8 +326,18 @@ class Trainer:
                 stop_reason = limit
                 break
             clock.step_started()
-            lrm = lr_multiplier(self._progress(clock), sched["warmup_frac"], sched["warmdown_frac"], sched["final_lr_frac"])
-            mom = muon_momentum(self.step, o["muon_momentum_warmup_start"], o["muon_momentum"], o["muon_momentum_warmup_steps"])
+            lrm = lr_multiplier(
+                self._progress(clock),
+                sched["warmup_frac"],
+                sched["warmdown_frac"],
+                sched["final_lr_frac"],
+            )
+            mom = muon_momentum(
+                self.step,
+                o["muon_momentum_warmup_start"],
+                o["muon_momentum"],
+                o["muon_momentum_warmup_steps"],
+            )
             apply_schedule(self.optimizers, lrm, mom)
             loss_sum = torch.zeros((), device=self.device)
             step_data_state = list(self.data_state or [])
@@ -289,7 +348,7 @@ class Trainer:
                     step_data_state.append(state)
                 step_data_state[stream] = state
                 sync = self.ddp is None or micro == self.accum - 1
-                with (contextlib.nullcontext() if sync else self.ddp.no_sync()):  # type: ignore[union-attr]
+                with contextlib.nullcontext() if sync else self.ddp.no_sync():  # type: ignore[union-attr]
                     with devices.autocast(self.device, self.spec.dtype):
                         loss = self.step_module(x, y)
                     (loss / self.accum).backward()
@@ -309,8 +368,11 @@ class Trainer:
                 else:
                     last_good = ckpt.latest_checkpoint(self.out_dir)
                 if self.main:
-                    print(f"diverged at step {diverged_step}: loss {local_loss} (run.max_loss={max_loss}); "
-                          f"last good checkpoint: {last_good}", flush=True)
+                    print(
+                        f"diverged at step {diverged_step}: loss {local_loss} (run.max_loss={max_loss}); "
+                        f"last good checkpoint: {last_good}",
+                        flush=True,
+                    )
                 break
             clip_grad_norm(self.model.parameters(), float(o["grad_clip"]))
             for opt in self.optimizers:
@@ -330,7 +392,9 @@ class Trainer:
             stop_local, reason = self._stop_due(clock)
             eval_local = bool(eval_every) and now - last_eval >= float(eval_every)
             ckpt_local = bool(ckpt_every) and now - last_ckpt >= float(ckpt_every)
-            stop, eval_due, ckpt_due = distributed.any_true([stop_local, eval_local, ckpt_local], self.device)
+            stop, eval_due, ckpt_due = distributed.any_true(
+                [stop_local, eval_local, ckpt_local], self.device
+            )
 
             record: dict[str, Any] = {}
             if self.step % log_every == 0 or stop or eval_due:
@@ -383,7 +447,9 @@ class Trainer:
             # and the organisers' eval-public compute it: leave the process group first.
             distributed.shutdown()
             if self.main and e["final"]:
-                evaluation = final_evaluation(self.prepare, self.tokenizer, final_path, self.device, e)  # type: ignore[arg-type]
+                evaluation = final_evaluation(
+                    self.prepare, self.tokenizer, final_path, self.device, e
+                )  # type: ignore[arg-type]
 
         summary = {
             "name": r["name"],
@@ -400,7 +466,9 @@ class Trainer:
             "tokens": self.tokens,
             "steps": self.step,
             "tokens_per_second": tokens_per_second,
-            "mfu": (tokens_per_second * self.flops_per_token / peak) if (peak and tokens_per_second) else None,
+            "mfu": (tokens_per_second * self.flops_per_token / peak)
+            if (peak and tokens_per_second)
+            else None,
             "final_loss": last_loss if math.isfinite(last_loss) else None,
             "charged_seconds": accounting["charged_seconds"],
             "startup_seconds": accounting["startup_seconds"],
@@ -429,15 +497,24 @@ class Trainer:
         return summary
 
 
-def final_evaluation(prepare: ModuleType, tokenizer: Any, checkpoint: Path, device: torch.device,
-                     eval_cfg: dict[str, Any]) -> dict[str, Any]:
+def final_evaluation(
+    prepare: ModuleType,
+    tokenizer: Any,
+    checkpoint: Path,
+    device: torch.device,
+    eval_cfg: dict[str, Any],
+) -> dict[str, Any]:
     """The trusted evaluate_bpb of a saved checkpoint, as a scorer runs it: reloaded through
     load_for_eval (float32 weights, eval mode, one device), no autocast, one process.
     ``trnf eval`` calls this same function, so the two numbers agree to the last digit."""
     model = ckpt.load_for_eval(str(checkpoint), device)
     return prepare.evaluate_bpb(
-        model, tokenizer, int(eval_cfg["batch_size"]), seq_len=int(eval_cfg["seq_len"]),
-        device=device, max_tokens=int(eval_cfg["tokens"]),
+        model,
+        tokenizer,
+        int(eval_cfg["batch_size"]),
+        seq_len=int(eval_cfg["seq_len"]),
+        device=device,
+        max_tokens=int(eval_cfg["tokens"]),
     )
 
 
@@ -453,7 +530,9 @@ def _format_record(record: dict[str, Any], budget: float) -> str:
     return " | ".join(parts)
 
 
-def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False, step_log: Path | None = None) -> dict[str, Any]:
+def train(
+    recipe: dict[str, Any], out_dir: Path, resume: bool = False, step_log: Path | None = None
+) -> dict[str, Any]:
     """Train one run into ``out_dir`` and return its summary (also in summary.json).
 
     ``step_log``: where ``record_step_boundary`` appends (default
@@ -467,7 +546,9 @@ def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False, step_log:
         torch.set_num_threads(int(runtime["threads"]))
     if recipe["data"].get("dataset"):
         os.environ["TRNF_DATASET"] = str(recipe["data"]["dataset"])
-    os.environ["TRNF_STEP_LOG"] = str(Path(step_log).resolve() if step_log else out_dir / STEP_LOG_FILE)
+    os.environ["TRNF_STEP_LOG"] = str(
+        Path(step_log).resolve() if step_log else out_dir / STEP_LOG_FILE
+    )
     if runtime["device"] in ("neuron", "auto"):
         os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime["lnc"]))
     prepare = load_prepare()
@@ -489,13 +570,16 @@ def train(recipe: dict[str, Any], out_dir: Path, resume: bool = False, step_log:
 def _write_crash_summary(out_dir: Path, recipe: dict[str, Any], exc: BaseException) -> None:
     """A crashed run still leaves a summary naming what went wrong (no traceback parsing)."""
     try:
-        ckpt.atomic_write_json(out_dir / SUMMARY_FILE, {
-            "name": recipe.get("name"),
-            "status": "crashed",
-            "error": f"{type(exc).__name__}: {exc}",
-            "val_bpb": None,
-            "last_good_checkpoint": str(ckpt.latest_checkpoint(out_dir) or "") or None,
-            "versions": versions(),
-        })
+        ckpt.atomic_write_json(
+            out_dir / SUMMARY_FILE,
+            {
+                "name": recipe.get("name"),
+                "status": "crashed",
+                "error": f"{type(exc).__name__}: {exc}",
+                "val_bpb": None,
+                "last_good_checkpoint": str(ckpt.latest_checkpoint(out_dir) or "") or None,
+                "versions": versions(),
+            },
+        )
     except OSError:
         pass
