@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH = "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
 
 
-def test_init_writes_train_py_and_readme_and_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_writes_train_py_and_readme_and_refuses_to_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run_cli(["init", str(tmp_path / "team")], capsys)
     assert code == 0, err
     source = (tmp_path / "team" / "train.py").read_text()
@@ -31,51 +33,116 @@ def test_init_writes_train_py_and_readme_and_refuses_to_overwrite(tmp_path: Path
     assert "python train.py" in readme and "prepare.py" in readme and "--nproc_per_node=4" in readme
     code, _, err = run_cli(["init", str(tmp_path / "team")], capsys)
     assert code == 2 and "--force" in err
-    code, _, err = run_cli(["init", str(tmp_path / "t2"), "--recipe", "cpu_smoke", "model.no_such_key=1"], capsys)
+    code, _, err = run_cli(
+        ["init", str(tmp_path / "t2"), "--recipe", "cpu_smoke", "model.no_such_key=1"], capsys
+    )
     assert code == 2 and "no_such_key" in err
 
 
 @pytest.mark.slow
-def test_init_output_trains_on_cpu_packages_and_verifies(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_output_trains_on_cpu_packages_and_verifies(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     team = tmp_path / "team"
-    code, _, err = run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)
+    code, _, err = run_cli(
+        ["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys
+    )
     assert code == 0, err
     shutil.copy(REPO / "prepare.py", team / "prepare.py")
     env = {k: v for k, v in os.environ.items() if k not in ("TRNF_PREPARE", "PYTHONPATH")}
     env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run([sys.executable, "train.py"], cwd=team, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "train.py"], cwd=team, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    for name in ("final.pt", "model.safetensors", "meta.json", "run/summary.json", "run/step_boundaries.jsonl"):
+    for name in (
+        "final.pt",
+        "model.safetensors",
+        "meta.json",
+        "run/summary.json",
+        "run/step_boundaries.jsonl",
+    ):
         assert (team / "out" / name).is_file(), name
     summary = json.loads((team / "out" / "run" / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["val_bpb"] is not None
 
     out = tmp_path / "s.tar"
-    code, stdout, err = run_cli(["package", "--train-py", str(team / "train.py"), "--checkpoint", str(team / "out" / "final.pt"),
-                                 "--launch", LAUNCH, "-o", str(out), "--json", "--val-bpb-from-eval"], capsys)
+    code, stdout, err = run_cli(
+        [
+            "package",
+            "--train-py",
+            str(team / "train.py"),
+            "--checkpoint",
+            str(team / "out" / "final.pt"),
+            "--launch",
+            LAUNCH,
+            "-o",
+            str(out),
+            "--json",
+            "--val-bpb-from-eval",
+        ],
+        capsys,
+    )
     assert code == 0, err
     document = json.loads(stdout)
     # the trusted evaluation of out/final.pt through the file's own load_for_eval gives the trainer's number
     assert document["claimed"]["val_bpb"] == summary["val_bpb"] and document["forced"] == []
     assert document["claimed"]["measured_by"].startswith("trnf package --val-bpb-from-eval")
-    assert {"train.py", "logs/summary.json", "logs/step_boundaries.jsonl", "checkpoint/model.safetensors"} <= set(document["members"])
+    assert {
+        "train.py",
+        "logs/summary.json",
+        "logs/step_boundaries.jsonl",
+        "checkpoint/model.safetensors",
+    } <= set(document["members"])
     report = verify_archive(out, Options(dry_run=True, dry_run_steps=2, rerun_eval=True))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
 
 
 @pytest.mark.slow
-def test_init_output_through_kit_mode_train_then_package_from_the_run_dir(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_init_output_through_kit_mode_train_then_package_from_the_run_dir(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`trnf train --train-py` (the organisers' launch, its own step log) -> `trnf package --train-py --run-dir`:
     the checkpoint and launch line come from the kit run directory, the score from the trusted evaluation."""
     team = tmp_path / "team"
-    assert run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)[0] == 0
+    assert (
+        run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)[
+            0
+        ]
+        == 0
+    )
     shutil.copy(REPO / "prepare.py", team / "prepare.py")
-    code, _, err = run_cli(["train", "--train-py", str(team / "train.py"), "--out", str(tmp_path / "kitrun"), "--nproc", "1"], capsys)
+    code, _, err = run_cli(
+        [
+            "train",
+            "--train-py",
+            str(team / "train.py"),
+            "--out",
+            str(tmp_path / "kitrun"),
+            "--nproc",
+            "1",
+        ],
+        capsys,
+    )
     assert code == 0, err
-    assert (tmp_path / "kitrun" / "step_boundaries.jsonl").is_file()  # the launcher's TRNF_STEP_LOG was honoured
+    assert (
+        tmp_path / "kitrun" / "step_boundaries.jsonl"
+    ).is_file()  # the launcher's TRNF_STEP_LOG was honoured
     out = tmp_path / "s.tar"
-    code, stdout, err = run_cli(["package", "--train-py", str(team / "train.py"), "--run-dir", str(tmp_path / "kitrun"),
-                                 "--val-bpb-from-eval", "-o", str(out), "--json"], capsys)
+    code, stdout, err = run_cli(
+        [
+            "package",
+            "--train-py",
+            str(team / "train.py"),
+            "--run-dir",
+            str(tmp_path / "kitrun"),
+            "--val-bpb-from-eval",
+            "-o",
+            str(out),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert json.loads(stdout)["launch"] == LAUNCH
     report = verify_archive(out, Options())

@@ -30,11 +30,28 @@ def tiny_run(sample_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     recipe = tiny_recipe("budget.max_steps=4")
     (run / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRNF_PREPARE": str(REPO / "prepare.py")}
-    done = subprocess.run([sys.executable, "-m", "trnfrontier.runtime.entry", "--recipe", str(run / "recipe.json"), "--out", str(run)],
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trnfrontier.runtime.entry",
+            "--recipe",
+            str(run / "recipe.json"),
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["val_bpb"] is not None and not summary["over_budget"]
+    assert (
+        summary["status"] == "completed"
+        and summary["val_bpb"] is not None
+        and not summary["over_budget"]
+    )
     return run
 
 

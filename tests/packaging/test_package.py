@@ -29,22 +29,46 @@ def _members(archive: Path) -> dict[str, bytes]:
 def test_archive_contents_and_manifest(tiny_run: Path, tmp_path: Path) -> None:
     result = package_run(tiny_run, tmp_path / "s.tar")
     members = _members(result.archive)
-    for name in fmt.REQUIRED_MEMBERS + (fmt.LOSS_CURVE, "trnfrontier/runtime/trainer.py", "trnfrontier/__init__.py"):
+    for name in fmt.REQUIRED_MEMBERS + (
+        fmt.LOSS_CURVE,
+        "trnfrontier/runtime/trainer.py",
+        "trnfrontier/__init__.py",
+    ):
         assert name in members, name
     manifest = json.loads(members[fmt.MANIFEST])
     summary = json.loads((tiny_run / "summary.json").read_text())
-    assert manifest["claimed"]["val_bpb"] == summary["val_bpb"] and manifest["claimed"]["eval_tokens"] == 2048
+    assert (
+        manifest["claimed"]["val_bpb"] == summary["val_bpb"]
+        and manifest["claimed"]["eval_tokens"] == 2048
+    )
     assert manifest["params"] == summary["params"] and manifest["seed"] == 1337
-    assert manifest["prepare_sha256"] == summary["prepare_sha256"] and manifest["tokenizer_sha256"] == summary["tokenizer_sha256"]
-    assert set(manifest["versions"]) == {"python", "torch", "torch_neuronx", "trnf"} and set(manifest["git"]) == {"commit", "dirty"}
-    assert members[fmt.LAUNCH_TXT].decode().strip() == manifest["launch"] == "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
+    assert (
+        manifest["prepare_sha256"] == summary["prepare_sha256"]
+        and manifest["tokenizer_sha256"] == summary["tokenizer_sha256"]
+    )
+    assert set(manifest["versions"]) == {"python", "torch", "torch_neuronx", "trnf"} and set(
+        manifest["git"]
+    ) == {"commit", "dirty"}
+    assert (
+        members[fmt.LAUNCH_TXT].decode().strip()
+        == manifest["launch"]
+        == "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
+    )
     assert members[fmt.CHECKPOINT_FINAL_PT] == (tiny_run / "final" / "final.pt").read_bytes()
     assert members[fmt.LOSS_CURVE].startswith(b"\x89PNG\r\n\x1a\n")
     writeup = members[fmt.WRITEUP].decode()
-    assert "model.depth" in writeup and f"{summary['val_bpb']:.6f}" in writeup and "| steps | 4 |" in writeup
+    assert (
+        "model.depth" in writeup
+        and f"{summary['val_bpb']:.6f}" in writeup
+        and "| steps | 4 |" in writeup
+    )
     assert "at step 1 to" in writeup and "at step 4;" in writeup
     train_py = members[fmt.TRAIN_PY].decode()
-    assert "def load_for_eval(checkpoint_path" in train_py and "'max_steps': 4" in train_py and "TRNF_DRY_RUN_STEPS" in train_py
+    assert (
+        "def load_for_eval(checkpoint_path" in train_py
+        and "'max_steps': 4" in train_py
+        and "TRNF_DRY_RUN_STEPS" in train_py
+    )
     assert manifest["forced"] == [] and "Packaged with --force" not in writeup
 
 
@@ -59,7 +83,13 @@ def test_trnf_verify_passes_on_the_packaged_run(tiny_run: Path, tmp_path: Path) 
     archive = package_run(tiny_run, tmp_path / "s.tar").archive
     report = verify_archive(archive, Options(rerun_eval=True))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
-    assert {c.name for c in report.checks} >= {"screen", "checkpoint", "budget", "contract", "rerun-eval"} and not report.notes
+    assert {c.name for c in report.checks} >= {
+        "screen",
+        "checkpoint",
+        "budget",
+        "contract",
+        "rerun-eval",
+    } and not report.notes
 
 
 def _extract(archive: Path, root: Path) -> list[str]:
@@ -70,7 +100,9 @@ def _extract(archive: Path, root: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("single_file", [False, True], ids=["package", "single-file"])
-def test_packaged_train_py_loads_its_checkpoint_without_trnf(tiny_run: Path, tmp_path: Path, single_file: bool) -> None:
+def test_packaged_train_py_loads_its_checkpoint_without_trnf(
+    tiny_run: Path, tmp_path: Path, single_file: bool
+) -> None:
     archive = package_run(tiny_run, tmp_path / "s.tar", single_file=single_file).archive
     root = tmp_path / "x"
     _extract(archive, root)
@@ -86,10 +118,19 @@ def test_packaged_train_py_loads_its_checkpoint_without_trnf(tiny_run: Path, tmp
         "assert not m.training and y.shape[:2] == (1, 8) and bool(torch.isfinite(y).all())\n"
         "print('ok', sum(p.numel() for p in m.parameters()))\n"
     )
-    done = subprocess.run([str(python), "-I", "-c", f"import sys; sys.path.insert(0, {str(root)!r})\n" + probe],
-                          cwd=root, capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [str(python), "-I", "-c", f"import sys; sys.path.insert(0, {str(root)!r})\n" + probe],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["ok", str(json.loads((tiny_run / "summary.json").read_text())["params"])]
+    assert done.stdout.split() == [
+        "ok",
+        str(json.loads((tiny_run / "summary.json").read_text())["params"]),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -114,7 +155,9 @@ def test_refusals_and_force(run_copy: Path, tmp_path: Path, changes: dict, messa
 
 
 def test_over_budget_by_the_step_log_alone_is_refused(run_copy: Path, tmp_path: Path) -> None:
-    (run_copy / "step_boundaries.jsonl").write_text(verify_kit.step_log([20.0, 30.0, 40.0, 50.0, 60.0, 1000.0, 2000.0]))
+    (run_copy / "step_boundaries.jsonl").write_text(
+        verify_kit.step_log([20.0, 30.0, 40.0, 50.0, 60.0, 1000.0, 2000.0])
+    )
     with pytest.raises(TrnfError, match="over budget by prepare.budget_accounting"):
         package_run(run_copy, tmp_path / "s.tar")
 
@@ -128,8 +171,12 @@ def test_no_final_checkpoint_is_refused_even_with_force(run_copy: Path, tmp_path
 def test_writeup_merges_team_text(tiny_run: Path, tmp_path: Path) -> None:
     text = tmp_path / "mine.md"
     text.write_text(f"# Team Q\n\nWe used a smaller model.\n\n{FACTS_MARKER}\n\n## Thanks\n")
-    writeup = _members(package_run(tiny_run, tmp_path / "s.tar", writeup=text).archive)[fmt.WRITEUP].decode()
-    assert writeup.startswith("# Team Q\n\nWe used a smaller model.") and writeup.rstrip().endswith("## Thanks")
+    writeup = _members(package_run(tiny_run, tmp_path / "s.tar", writeup=text).archive)[
+        fmt.WRITEUP
+    ].decode()
+    assert writeup.startswith("# Team Q\n\nWe used a smaller model.") and writeup.rstrip().endswith(
+        "## Thanks"
+    )
     assert writeup.index("Run facts") < writeup.index("## Thanks") and FACTS_MARKER not in writeup
 
 
@@ -138,7 +185,11 @@ def test_single_file_is_one_code_file_under_the_limit(tiny_run: Path, tmp_path: 
     members = _members(result.archive)
     assert [n for n in members if n.endswith(".py")] == ["train.py"]
     source = members["train.py"]
-    assert len(source) <= fmt.PORTAL_FILE_LIMIT_BYTES and b"import trnfrontier" not in source and b"from trnfrontier" not in source
+    assert (
+        len(source) <= fmt.PORTAL_FILE_LIMIT_BYTES
+        and b"import trnfrontier" not in source
+        and b"from trnfrontier" not in source
+    )
     report = verify_archive(result.archive, Options())
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
 
@@ -164,15 +215,21 @@ def test_recipe_kernels_ship_with_the_runtime_dispatch(run_copy: Path, tmp_path:
     members = _members(package_run(_with_kernels(run_copy), tmp_path / "s.tar").archive)
     assert members["kernels/relu2.py"] == (REPO / "kernels" / "relu2.py").read_bytes()
     assert not [n for n in members if n.startswith("kernels/") and n != "kernels/relu2.py"]
-    assert {"trnfrontier/runtime/kernels/__init__.py", "trnfrontier/runtime/kernels/select.py", "trnfrontier/runtime/kernels/backend.py"} <= set(members)
-    assert b"use_kernels(recipe[\"kernels\"]" in members["train.py"]
+    assert {
+        "trnfrontier/runtime/kernels/__init__.py",
+        "trnfrontier/runtime/kernels/select.py",
+        "trnfrontier/runtime/kernels/backend.py",
+    } <= set(members)
+    assert b'use_kernels(recipe["kernels"]' in members["train.py"]
     assert "relu2" in members[fmt.WRITEUP].decode().split("NKI kernels |")[1].splitlines()[0]
     with pytest.raises(TrnfError, match="--single-file cannot inline NKI kernels"):
         package_run(run_copy, tmp_path / "t.tar", single_file=True)
 
 
 @pytest.mark.slow
-def test_kernel_recipe_dry_runs_on_cpu_with_the_reference_fallback(run_copy: Path, tmp_path: Path) -> None:
+def test_kernel_recipe_dry_runs_on_cpu_with_the_reference_fallback(
+    run_copy: Path, tmp_path: Path
+) -> None:
     archive = package_run(_with_kernels(run_copy), tmp_path / "s.tar").archive
     report = verify_archive(archive, Options(dry_run=True, dry_run_steps=2))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]

@@ -18,7 +18,10 @@ def _decode(png: bytes) -> tuple[int, int, list[bytes]]:
     while pos < len(png):
         (length,) = struct.unpack(">I", png[pos : pos + 4])
         kind, data = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
-        assert struct.unpack(">I", png[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(kind + data) & 0xFFFFFFFF
+        assert (
+            struct.unpack(">I", png[pos + 8 + length : pos + 12 + length])[0]
+            == zlib.crc32(kind + data) & 0xFFFFFFFF
+        )
         chunks[kind] = data
         pos += 12 + length
     width, height = struct.unpack(">II", chunks[b"IHDR"][:8])
@@ -33,18 +36,36 @@ def test_loss_curve_png_is_valid_deterministic_and_draws_the_curve() -> None:
     assert png == loss_curve_png(points, width=200, height=100)
     width, height, rows = _decode(png)
     assert (width, height) == (200, 100) and all(len(r) == 600 for r in rows)
-    blue = [(x, y) for y, row in enumerate(rows) for x in range(width) if row[3 * x : 3 * x + 3] == bytes((31, 119, 180))]
+    blue = [
+        (x, y)
+        for y, row in enumerate(rows)
+        for x in range(width)
+        if row[3 * x : 3 * x + 3] == bytes((31, 119, 180))
+    ]
     assert blue and min(blue)[1] < max(blue)[1]  # falling loss: starts high (small y) on the left
     assert _decode(loss_curve_png([]))[0] == 640
 
 
 def test_writeup_lists_recipe_differences_and_forced_reasons() -> None:
     base = load_recipe("baseline_d10").model_dump(mode="json")
-    mine = load_recipe("baseline_d10", ["model.depth=12", "optim.matrix_lr=0.03"]).model_dump(mode="json")
+    mine = load_recipe("baseline_d10", ["model.depth=12", "optim.matrix_lr=0.03"]).model_dump(
+        mode="json"
+    )
     diffs = recipe_differences(mine, base)
-    assert ("model.depth", 10, 12) in diffs and ("optim.matrix_lr", 0.02, 0.03) in diffs and len(diffs) == 2
-    text = render_writeup({"name": "r", "val_bpb": 1.234567891, "mfu": 0.3}, diffs, forced=["over budget: x"])
-    assert "| model.depth | `10` | `12` |" in text and "1.234568" in text and "30.0%" in text and "- over budget: x" in text
+    assert (
+        ("model.depth", 10, 12) in diffs
+        and ("optim.matrix_lr", 0.02, 0.03) in diffs
+        and len(diffs) == 2
+    )
+    text = render_writeup(
+        {"name": "r", "val_bpb": 1.234567891, "mfu": 0.3}, diffs, forced=["over budget: x"]
+    )
+    assert (
+        "| model.depth | `10` | `12` |" in text
+        and "1.234568" in text
+        and "30.0%" in text
+        and "- over budget: x" in text
+    )
     assert "not measured" in text  # official val_bpb, tokens/s ...
 
 
@@ -56,7 +77,9 @@ def test_generated_train_py_shrinks_a_dry_run_and_honours_the_device(tmp_path: P
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     assert module.RECIPE == recipe and module.effective_recipe(recipe, {}) == recipe
-    dry = module.effective_recipe(recipe, {"TRNF_DRY_RUN_STEPS": "3", "TRNF_DEVICE": "cpu", "WORLD_SIZE": "4"})
+    dry = module.effective_recipe(
+        recipe, {"TRNF_DRY_RUN_STEPS": "3", "TRNF_DEVICE": "cpu", "WORLD_SIZE": "4"}
+    )
     assert dry["budget"]["max_steps"] == 3 and dry["eval"]["final"] is False
     assert dry["runtime"]["device"] == "cpu" and dry["runtime"]["dtype"] == "float32"
     assert dry["data"]["batch_size"] == 2 and dry["data"]["total_batch_tokens"] == 2 * 1024 * 4 * 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -33,16 +32,31 @@ and `trnf verify submission.tar`. A quick CPU check: `TRNF_DEVICE=cpu TRNF_DRY_R
 
 
 def command(
-    directory: Path = typer.Argument(..., help="Where to write train.py and README.md (created if missing)."),
-    recipe: str = typer.Option(DEFAULT_RECIPE, "--recipe", help="Recipe name or YAML path the file starts from."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="key.path=value overrides (e.g. model.depth=12)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing train.py / README.md."),
+    directory: Path = typer.Argument(
+        ..., help="Where to write train.py and README.md (created if missing)."
+    ),
+    recipe: str = typer.Option(
+        DEFAULT_RECIPE, "--recipe", help="Recipe name or YAML path the file starts from."
+    ),
+    overrides: list[str] | None = typer.Argument(
+        None, help="key.path=value overrides (e.g. model.depth=12)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite an existing train.py / README.md."
+    ),
 ) -> int:
     """Write a single-file train.py (model, Muon + AdamW, the budgeted loop, load_for_eval) you own."""
     resolved = load_recipe(recipe, list(overrides or [])).model_dump(mode="json")
     launch = launch_for(resolved["runtime"])
-    source = render_train_py(resolved, "single", purpose=f"{directory.resolve().name}'s own training script")
-    targets = {directory / "train.py": source, directory / "README.md": _README.format(name=directory.resolve().name, recipe=recipe, launch=launch)}
+    source = render_train_py(
+        resolved, "single", purpose=f"{directory.resolve().name}'s own training script"
+    )
+    targets = {
+        directory / "train.py": source,
+        directory / "README.md": _README.format(
+            name=directory.resolve().name, recipe=recipe, launch=launch
+        ),
+    }
     existing = [str(path) for path in targets if path.exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)} already exist(s); pass --force to overwrite")
@@ -53,6 +67,8 @@ def command(
         tmp = path.with_name(f".tmp-{path.name}")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
-    out().print(f"wrote {directory / 'train.py'} ({len(source.encode()):,} bytes, recipe {resolved['name']}) and {directory / 'README.md'}")
+    out().print(
+        f"wrote {directory / 'train.py'} ({len(source.encode()):,} bytes, recipe {resolved['name']}) and {directory / 'README.md'}"
+    )
     out().print(f"put the trusted prepare.py beside it, then: cd {directory} && python train.py")
     return 0

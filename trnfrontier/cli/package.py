@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,47 +18,112 @@ def _report(result: PackageResult, json_output: bool) -> None:
         return
     claimed = result.manifest.get("claimed") or {}
     console = out()
-    console.print(f"wrote {result.archive} ({result.size:,} bytes, {len(result.manifest['files']) + 1} members)")
-    console.print(f"claimed val_bpb: {claimed.get('val_bpb', 'none')}; params {result.manifest.get('params'):,}; launch: {result.manifest.get('launch')}")
+    console.print(
+        f"wrote {result.archive} ({result.size:,} bytes, {len(result.manifest['files']) + 1} members)"
+    )
+    console.print(
+        f"claimed val_bpb: {claimed.get('val_bpb', 'none')}; params {result.manifest.get('params'):,}; launch: {result.manifest.get('launch')}"
+    )
     for reason in result.manifest.get("forced", []):
         console.print(f"[yellow]forced[/]: {reason}")
     console.print(f"next: trnf verify {result.archive}")
 
 
 def command(
-    run_dir: Optional[Path] = typer.Argument(None, help="The run directory to package (runs/<name>). Omit with --train-py."),
-    output: Path = typer.Option(Path("submission.tar"), "-o", "--output", help="The archive to write (atomically)."),
-    writeup: Optional[Path] = typer.Option(None, "--writeup", help="Your WRITEUP text; generated facts go at <!-- trnf:facts --> or after it."),
-    single_file: bool = typer.Option(False, "--single-file", help="Inline the runtime into train.py (one code file, under the portal's size limit)."),
-    force: bool = typer.Option(False, "--force", help="Package despite refusals (over budget, diverged, pins, screen); recorded in the manifest and write-up."),
-    json_output: bool = typer.Option(False, "--json", help="Print the result as one JSON document."),
-    pins: Optional[Path] = typer.Option(None, "--pins", help="JSON pins file (as for trnf verify)."),
-    train_py: Optional[Path] = typer.Option(None, "--train-py", help="Kit mode: your own train.py, shipped as-is with the .py files it imports from its directory."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Kit mode: the checkpoint your train.py wrote (out/final.pt)."),
-    launch: Optional[str] = typer.Option(None, "--launch", help='Kit mode: the launch line, e.g. "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py".'),
-    kit_run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Kit mode: the run directory of `trnf train --train-py` (logs, summary, measured val_bpb)."),
-    val_bpb_from_eval: bool = typer.Option(False, "--val-bpb-from-eval", help="Kit mode: measure val_bpb now with the trusted evaluate_bpb (trnf eval)."),
+    run_dir: Path | None = typer.Argument(
+        None, help="The run directory to package (runs/<name>). Omit with --train-py."
+    ),
+    output: Path = typer.Option(
+        Path("submission.tar"), "-o", "--output", help="The archive to write (atomically)."
+    ),
+    writeup: Path | None = typer.Option(
+        None,
+        "--writeup",
+        help="Your WRITEUP text; generated facts go at <!-- trnf:facts --> or after it.",
+    ),
+    single_file: bool = typer.Option(
+        False,
+        "--single-file",
+        help="Inline the runtime into train.py (one code file, under the portal's size limit).",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Package despite refusals (over budget, diverged, pins, screen); recorded in the manifest and write-up.",
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the result as one JSON document."
+    ),
+    pins: Path | None = typer.Option(None, "--pins", help="JSON pins file (as for trnf verify)."),
+    train_py: Path | None = typer.Option(
+        None,
+        "--train-py",
+        help="Kit mode: your own train.py, shipped as-is with the .py files it imports from its directory.",
+    ),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", help="Kit mode: the checkpoint your train.py wrote (out/final.pt)."
+    ),
+    launch: str | None = typer.Option(
+        None,
+        "--launch",
+        help='Kit mode: the launch line, e.g. "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py".',
+    ),
+    kit_run_dir: Path | None = typer.Option(
+        None,
+        "--run-dir",
+        help="Kit mode: the run directory of `trnf train --train-py` (logs, summary, measured val_bpb).",
+    ),
+    val_bpb_from_eval: bool = typer.Option(
+        False,
+        "--val-bpb-from-eval",
+        help="Kit mode: measure val_bpb now with the trusted evaluate_bpb (trnf eval).",
+    ),
 ) -> int:
     """Package a run (or, with --train-py, your own train.py) as submission.tar."""
     if train_py is not None:
         if run_dir is not None:
-            raise UsageError("give RUN_DIR or --train-py, not both (a kit-mode run directory goes in --run-dir)")
+            raise UsageError(
+                "give RUN_DIR or --train-py, not both (a kit-mode run directory goes in --run-dir)"
+            )
         if single_file:
-            raise UsageError("--single-file applies to a run directory; with --train-py your file ships as it is")
+            raise UsageError(
+                "--single-file applies to a run directory; with --train-py your file ships as it is"
+            )
         if not json_output:
             err().print(f"packaging {train_py} ...")
-        result = package_kit(train_py, checkpoint, launch, output, run_dir=kit_run_dir, writeup=writeup, force=force,
-                             pins_file=pins, val_bpb_from_eval=val_bpb_from_eval)
+        result = package_kit(
+            train_py,
+            checkpoint,
+            launch,
+            output,
+            run_dir=kit_run_dir,
+            writeup=writeup,
+            force=force,
+            pins_file=pins,
+            val_bpb_from_eval=val_bpb_from_eval,
+        )
     else:
         if run_dir is None:
-            raise UsageError("give a RUN_DIR to package, or --train-py with --checkpoint and --launch")
-        for name, value in (("--checkpoint", checkpoint), ("--launch", launch), ("--run-dir", kit_run_dir)):
+            raise UsageError(
+                "give a RUN_DIR to package, or --train-py with --checkpoint and --launch"
+            )
+        for name, value in (
+            ("--checkpoint", checkpoint),
+            ("--launch", launch),
+            ("--run-dir", kit_run_dir),
+        ):
             if value is not None:
-                raise UsageError(f"{name} is for kit mode (--train-py); a run directory brings its own")
+                raise UsageError(
+                    f"{name} is for kit mode (--train-py); a run directory brings its own"
+                )
         if val_bpb_from_eval:
-            raise UsageError("--val-bpb-from-eval is for kit mode (--train-py); a run directory's summary has its val_bpb")
+            raise UsageError(
+                "--val-bpb-from-eval is for kit mode (--train-py); a run directory's summary has its val_bpb"
+            )
         if not json_output:
             err().print(f"packaging {run_dir} ...")
-        result = package_run(run_dir, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins)
+        result = package_run(
+            run_dir, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins
+        )
     _report(result, json_output)
     return 0

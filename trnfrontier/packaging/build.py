@@ -26,7 +26,13 @@ from trnfrontier.contract import project_root_file
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.run import RunDir, checkpoint_params, read_run, refusal_reasons
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
-from trnfrontier.packaging.writeup import curve_caption, loss_curve_png, read_loss_points, recipe_differences, render_writeup
+from trnfrontier.packaging.writeup import (
+    curve_caption,
+    loss_curve_png,
+    read_loss_points,
+    recipe_differences,
+    render_writeup,
+)
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.verify.launch import LaunchError, parse_launch
 from trnfrontier.verify.pins import load_pins
@@ -61,7 +67,9 @@ def launch_for(runtime: dict[str, Any]) -> str:
     """The organisers' launch line for a recipe's runtime section (nproc must be 1, 4 or 8)."""
     nproc, lnc = int(runtime.get("nproc", 1)), int(runtime.get("lnc", 2))
     if nproc not in VALID_NPROC:
-        raise TrnfError(f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node 1, 4 or 8; retrain with one of those")
+        raise TrnfError(
+            f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node 1, 4 or 8; retrain with one of those"
+        )
     return f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} train.py"
 
 
@@ -81,8 +89,22 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
     cwd = root.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, check=True, timeout=30).stdout
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit or None, "dirty": bool(status.strip())}
@@ -95,7 +117,12 @@ def versions(recorded: dict[str, Any] | None) -> dict[str, Any]:
         neuronx: str | None = importlib.metadata.version("torch-neuronx")
     except importlib.metadata.PackageNotFoundError:
         neuronx = None
-    return {"python": recorded.get("python"), "torch": recorded.get("torch"), "torch_neuronx": neuronx, "trnf": __version__}
+    return {
+        "python": recorded.get("python"),
+        "torch": recorded.get("torch"),
+        "torch_neuronx": neuronx,
+        "trnf": __version__,
+    }
 
 
 def kernel_members(names: list[str]) -> dict[str, Path | bytes]:
@@ -105,7 +132,9 @@ def kernel_members(names: list[str]) -> dict[str, Path | bytes]:
     for name in names:
         path = directory / f"{name}.py" if directory else None
         if path is None or not path.is_file():
-            raise TrnfError(f"the recipe uses kernel {name!r} but kernels/{name}.py is not in this trnf installation")
+            raise TrnfError(
+                f"the recipe uses kernel {name!r} but kernels/{name}.py is not in this trnf installation"
+            )
         members[f"kernels/{name}.py"] = path
     return members
 
@@ -119,11 +148,17 @@ def screen_reasons(members: dict[str, Path | bytes]) -> list[str]:
         if not name.endswith(".py"):
             continue
         source = members[name]
-        text = source.decode("utf-8") if isinstance(source, bytes) else Path(source).read_text(encoding="utf-8")
+        text = (
+            source.decode("utf-8")
+            if isinstance(source, bytes)
+            else Path(source).read_text(encoding="utf-8")
+        )
         result = screen_source(text, name, local)
         reasons += [f"static screen: {finding}" for finding in result.findings]
         if name == fmt.TRAIN_PY and not result.defines_load_for_eval:
-            reasons.append("static screen: train.py does not define load_for_eval(checkpoint_path, device)")
+            reasons.append(
+                "static screen: train.py does not define load_for_eval(checkpoint_path, device)"
+            )
     return reasons
 
 
@@ -134,7 +169,9 @@ def size_problems(members: dict[str, Path | bytes]) -> list[str]:
         source = members[name]
         size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
         if size > fmt.PORTAL_FILE_LIMIT_BYTES:
-            over.append(f"{name} is {size:,} bytes, over the portal's {fmt.PORTAL_FILE_LIMIT_BYTES:,}-byte limit")
+            over.append(
+                f"{name} is {size:,} bytes, over the portal's {fmt.PORTAL_FILE_LIMIT_BYTES:,}-byte limit"
+            )
     return over
 
 
@@ -142,15 +179,21 @@ def refuse_or_force(reasons: list[str], force: bool, what: str) -> list[str]:
     """The reasons to record as forced, or a one-line refusal when not forcing."""
     if reasons and not force:
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        raise TrnfError(f"refusing to package {what}: {reasons[0]}{more}; fix it, or pass --force to package anyway (recorded in the manifest)")
+        raise TrnfError(
+            f"refusing to package {what}: {reasons[0]}{more}; fix it, or pass --force to package anyway (recorded in the manifest)"
+        )
     return list(reasons)
 
 
-def write_archive(members: dict[str, Path | bytes], meta: dict[str, Any], out: Path) -> PackageResult:
+def write_archive(
+    members: dict[str, Path | bytes], meta: dict[str, Any], out: Path
+) -> PackageResult:
     """Write ``members`` + manifest.json to ``out`` deterministically and atomically."""
     out = Path(out)
     if out.is_dir():
-        raise UsageError(f"-o {out}: is a directory; give the archive's file name (e.g. submission.tar)")
+        raise UsageError(
+            f"-o {out}: is a directory; give the archive's file name (e.g. submission.tar)"
+        )
     if not out.parent.is_dir():
         raise UsageError(f"-o {out}: directory {out.parent} does not exist")
     with tempfile.TemporaryDirectory(prefix="trnf-package-") as tmp:
@@ -189,26 +232,59 @@ def baseline_recipe() -> dict[str, Any] | None:
     return load_recipe(path).model_dump(mode="json") if path else None
 
 
-def add_writeup(members: dict[str, Path | bytes], facts: dict[str, Any], recipe: dict[str, Any] | None,
-                metrics: Path | None, forced: list[str], team_text: str | None) -> None:
+def add_writeup(
+    members: dict[str, Path | bytes],
+    facts: dict[str, Any],
+    recipe: dict[str, Any] | None,
+    metrics: Path | None,
+    forced: list[str],
+    team_text: str | None,
+) -> None:
     """WRITEUP.md and, when there is a logged loss, loss_curve.png."""
     points = read_loss_points(metrics) if metrics else []
     if points:
         members[fmt.LOSS_CURVE] = loss_curve_png(points)
     baseline = baseline_recipe() if recipe is not None else None
-    differences = recipe_differences(recipe, baseline) if recipe is not None and baseline is not None else None
+    differences = (
+        recipe_differences(recipe, baseline)
+        if recipe is not None and baseline is not None
+        else None
+    )
     members[fmt.WRITEUP] = render_writeup(
-        facts, differences, forced=forced, team_text=team_text, loss_curve=fmt.LOSS_CURVE if points else None,
+        facts,
+        differences,
+        forced=forced,
+        team_text=team_text,
+        loss_curve=fmt.LOSS_CURVE if points else None,
         caption=curve_caption(points) if points else "",
     ).encode("utf-8")
 
 
-def summary_facts(summary: dict[str, Any], *, name: str, source: str, launch: str, kernels: list[str]) -> dict[str, Any]:
-    keys = ("params", "tokens", "steps", "charged_seconds", "startup_seconds", "budget_seconds", "val_bpb",
-            "eval_tokens", "tokens_per_second", "mfu", "device", "world_size")
+def summary_facts(
+    summary: dict[str, Any], *, name: str, source: str, launch: str, kernels: list[str]
+) -> dict[str, Any]:
+    keys = (
+        "params",
+        "tokens",
+        "steps",
+        "charged_seconds",
+        "startup_seconds",
+        "budget_seconds",
+        "val_bpb",
+        "eval_tokens",
+        "tokens_per_second",
+        "mfu",
+        "device",
+        "world_size",
+    )
     facts = {key: summary.get(key) for key in keys}
-    facts.update(name=name, source=source, launch=launch, kernels=kernels,
-                 val_bpb_official=summary.get("val_bpb_official"))
+    facts.update(
+        name=name,
+        source=source,
+        launch=launch,
+        kernels=kernels,
+        val_bpb_official=summary.get("val_bpb_official"),
+    )
     return facts
 
 
@@ -228,19 +304,33 @@ def claim(summary: dict[str, Any], measured_by: str) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------- a run directory
 
 
-def package_run(run_dir: Path, out: Path, *, writeup: Path | None = None, single_file: bool = False,
-                force: bool = False, pins_file: Path | None = None) -> PackageResult:
+def package_run(
+    run_dir: Path,
+    out: Path,
+    *,
+    writeup: Path | None = None,
+    single_file: bool = False,
+    force: bool = False,
+    pins_file: Path | None = None,
+) -> PackageResult:
     """Package a `trnf train` run directory as a submission archive at ``out``."""
     run: RunDir = read_run(run_dir)
     team_text = read_team_text(writeup)
     recipe, summary = run.recipe, run.summary
     params, non_finite = checkpoint_params(run.final_dir / ckpt.MODEL_FILE)
-    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite, step_log=run.step_log,
-                              unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it")
+    reasons = refusal_reasons(
+        summary,
+        load_pins(pins_file),
+        non_finite,
+        step_log=run.step_log,
+        unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it",
+    )
     launch = launch_for(recipe["runtime"])
 
     members: dict[str, Path | bytes] = {
-        fmt.TRAIN_PY: render_train_py(recipe, "single" if single_file else "package").encode("utf-8"),
+        fmt.TRAIN_PY: render_train_py(recipe, "single" if single_file else "package").encode(
+            "utf-8"
+        ),
         fmt.LAUNCH_TXT: (launch + "\n").encode(),
         fmt.CHECKPOINT_SAFETENSORS: run.final_dir / ckpt.MODEL_FILE,
         fmt.CHECKPOINT_META: run.final_dir / ckpt.META_FILE,
@@ -255,17 +345,28 @@ def package_run(run_dir: Path, out: Path, *, writeup: Path | None = None, single
         members.update(runtime_members(recipe))
     over = size_problems(members)
     if over:
-        hint = " (the inlined runtime is too big for one file: package without --single-file)" if single_file else ""
+        hint = (
+            " (the inlined runtime is too big for one file: package without --single-file)"
+            if single_file
+            else ""
+        )
         raise TrnfError(f"{over[0]}{hint}")
     forced = refuse_or_force(reasons + screen_reasons(members), force, f"run {run.path}")
 
-    facts = summary_facts(summary, name=str(summary.get("name") or run.path.name), source=f"run directory {run.path.name}",
-                          launch=launch, kernels=kernels)
+    facts = summary_facts(
+        summary,
+        name=str(summary.get("name") or run.path.name),
+        source=f"run directory {run.path.name}",
+        launch=launch,
+        kernels=kernels,
+    )
     add_writeup(members, facts, recipe, run.metrics, forced, team_text)
     meta = {
         "prepare_sha256": summary.get("prepare_sha256"),
         "tokenizer_sha256": summary.get("tokenizer_sha256"),
-        "claimed": claim(summary, "trnf train: the trusted evaluate_bpb of final/ reloaded through load_for_eval"),
+        "claimed": claim(
+            summary, "trnf train: the trusted evaluate_bpb of final/ reloaded through load_for_eval"
+        ),
         "params": params,
         "versions": versions(summary.get("versions")),
         "git": git_state(),

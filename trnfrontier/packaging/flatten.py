@@ -33,7 +33,10 @@ from trnfrontier.errors import TrnfError
 
 # typing's aliases of collections.abc classes are the same thing to a reader and, under
 # `from __future__ import annotations`, never evaluated: importing both is not a collision.
-_EQUIVALENT = {f"typing.{n}": f"collections.abc.{n}" for n in ("Callable", "Iterable", "Iterator", "Mapping", "Sequence", "Generator")}
+_EQUIVALENT = {
+    f"typing.{n}": f"collections.abc.{n}"
+    for n in ("Callable", "Iterable", "Iterator", "Mapping", "Sequence", "Generator")
+}
 
 
 class FlattenError(TrnfError):
@@ -50,7 +53,9 @@ class _Module:
     deps: set[str] = field(default_factory=set)
     aliases: dict[str, str] = field(default_factory=dict)  # local name -> module it stands for
     edits: list[tuple[int, int, bytes]] = field(default_factory=list)
-    hoisted: list[tuple[str, str, str]] = field(default_factory=list)  # (bound name, canonical, statement)
+    hoisted: list[tuple[str, str, str]] = field(
+        default_factory=list
+    )  # (bound name, canonical, statement)
     defined: dict[str, int] = field(default_factory=dict)  # top-level name -> line
     line_starts: list[int] = field(default_factory=list)  # byte offset of each line
 
@@ -116,7 +121,9 @@ class _Flattener:
         if not module.is_package:
             parts = parts[:-1]
         if node.level - 1 > len(parts):
-            raise FlattenError(f"{self._where(module, node)}: relative import leaves {self.package}")
+            raise FlattenError(
+                f"{self._where(module, node)}: relative import leaves {self.package}"
+            )
         base = parts[: len(parts) - (node.level - 1)]
         return ".".join(base + ([node.module] if node.module else []))
 
@@ -127,7 +134,9 @@ class _Flattener:
 
     def _span(self, module: _Module, node: ast.AST) -> tuple[int, int]:
         starts = module.line_starts
-        return starts[node.lineno - 1] + node.col_offset, starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+        return starts[node.lineno - 1] + node.col_offset, starts[
+            node.end_lineno - 1
+        ] + node.end_col_offset  # type: ignore[attr-defined]
 
     def _replace(self, module: _Module, node: ast.AST, text: str) -> None:
         start, end = self._span(module, node)
@@ -150,7 +159,9 @@ class _Flattener:
                 return None
             for alias in node.names:
                 if alias.name == "*":
-                    raise FlattenError(f"{self._where(module, node)}: `import *` from {self.package} cannot be flattened")
+                    raise FlattenError(
+                        f"{self._where(module, node)}: `import *` from {self.package} cannot be flattened"
+                    )
                 local = alias.asname or alias.name
                 sub = f"{target}.{alias.name}" if target else alias.name
                 if self._is_module(sub):
@@ -161,28 +172,41 @@ class _Flattener:
                         pairs.append((local, alias.name))
             return pairs
         assert isinstance(node, ast.Import)
-        inside = [a for a in node.names if a.name == self.package or a.name.startswith(self.package + ".")]
+        inside = [
+            a for a in node.names if a.name == self.package or a.name.startswith(self.package + ".")
+        ]
         if not inside:
             return None
         if len(inside) != len(node.names):
-            raise FlattenError(f"{self._where(module, node)}: mixes {self.package} and other imports in one statement")
+            raise FlattenError(
+                f"{self._where(module, node)}: mixes {self.package} and other imports in one statement"
+            )
         for alias in inside:
             if alias.asname is None:
-                raise FlattenError(f"{self._where(module, node)}: `import {alias.name}` without `as` cannot be flattened")
+                raise FlattenError(
+                    f"{self._where(module, node)}: `import {alias.name}` without `as` cannot be flattened"
+                )
             self._alias(module, node, alias.asname, alias.name[len(self.package) + 1 :])
         return pairs
 
     def _alias(self, module: _Module, node: ast.AST, local: str, target: str) -> None:
         known = module.aliases.get(local)
         if known is not None and known != target:
-            raise FlattenError(f"{self._where(module, node)}: {local!r} stands for both {known} and {target}")
+            raise FlattenError(
+                f"{self._where(module, node)}: {local!r} stands for both {known} and {target}"
+            )
         module.aliases[local] = target
         module.deps.add(target)
 
     def _analyse(self, module: _Module) -> None:
         body = module.tree.body
         for index, node in enumerate(body):
-            if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if (
+                index == 0
+                and isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 self._remove_lines(module, node, _as_comment(node.value.value))
                 continue
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
@@ -194,7 +218,9 @@ class _Flattener:
                     self._hoist(module, node)
                     self._remove_lines(module, node)
                 else:
-                    self._remove_lines(module, node, "".join(f"{local} = {name}\n" for local, name in pairs))
+                    self._remove_lines(
+                        module, node, "".join(f"{local} = {name}\n" for local, name in pairs)
+                    )
                     for local, _ in pairs:
                         module.defined.setdefault(local, node.lineno)
                 continue
@@ -210,10 +236,16 @@ class _Flattener:
                     module.defined.setdefault(name, node.lineno)
             if id(node) in top:
                 continue
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
+                isinstance(node, ast.ImportFrom) and node.module == "__future__"
+            ):
                 pairs = self._intra_import(module, node)
                 if pairs is not None:
-                    self._replace(module, node, "; ".join(f"{local} = {name}" for local, name in pairs) or "pass")
+                    self._replace(
+                        module,
+                        node,
+                        "; ".join(f"{local} = {name}" for local, name in pairs) or "pass",
+                    )
 
     def _hoist(self, module: _Module, node: ast.Import | ast.ImportFrom) -> None:
         statement = ast.unparse(node)
@@ -232,7 +264,11 @@ class _Flattener:
             return
         bases: set[int] = set()
         for node in ast.walk(module.tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in module.aliases:
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in module.aliases
+            ):
                 target = self.modules[module.aliases[node.value.id]]
                 bases.add(id(node.value))
                 if not isinstance(node.ctx, ast.Load):
@@ -241,19 +277,27 @@ class _Flattener:
                         "one merged namespace cannot express that"
                     )
                 if node.attr not in target.defined:
-                    raise FlattenError(f"{self._where(module, node)}: {node.value.id}.{node.attr} is not a top-level name of {target.name}")
+                    raise FlattenError(
+                        f"{self._where(module, node)}: {node.value.id}.{node.attr} is not a top-level name of {target.name}"
+                    )
                 self._replace(module, node, node.attr)
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Name) and node.id in module.aliases and id(node) not in bases:
-                raise FlattenError(f"{self._where(module, node)}: uses module {node.id!r} as a value, which a single file cannot keep")
+                raise FlattenError(
+                    f"{self._where(module, node)}: uses module {node.id!r} as a value, which a single file cannot keep"
+                )
             if isinstance(node, ast.arg) and node.arg in module.aliases:
-                raise FlattenError(f"{self._where(module, node)}: parameter {node.arg!r} shadows the module of that name")
+                raise FlattenError(
+                    f"{self._where(module, node)}: parameter {node.arg!r} shadows the module of that name"
+                )
 
     def emitted(self, module: _Module) -> str:
         data = module.source
         for start, end, text in sorted(module.edits, key=lambda e: (e[0], e[1]), reverse=True):
             data = data[:start] + text + data[end:]
-        text = re.sub(r"\n{4,}", "\n\n\n", data.decode("utf-8"))  # removed lines leave runs of blanks
+        text = re.sub(
+            r"\n{4,}", "\n\n\n", data.decode("utf-8")
+        )  # removed lines leave runs of blanks
         return text.strip("\n") + "\n"
 
 
@@ -271,7 +315,8 @@ def _as_comment(text: str) -> str:
 
 def _is_dunder_all(node: ast.stmt) -> bool:
     return isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
-        isinstance(t, ast.Name) and t.id == "__all__" for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        isinstance(t, ast.Name) and t.id == "__all__"
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
     )
 
 
@@ -319,7 +364,9 @@ def _order(modules: dict[str, _Module], roots: list[str]) -> list[str]:
         if state.get(name) == "done":
             return
         if state.get(name) == "active":
-            raise FlattenError(f"import cycle between runtime modules: {' -> '.join(chain + [name])}")
+            raise FlattenError(
+                f"import cycle between runtime modules: {' -> '.join(chain + [name])}"
+            )
         state[name] = "active"
         for dep in sorted(modules[name].deps - {name}):
             visit(dep, chain + [name])
@@ -339,7 +386,9 @@ def module_closure(package_dir: Path, package: str, roots: list[str]) -> list[Pa
     return [flattener.modules[name].path for name in _order(flattener.modules, roots)]
 
 
-def flatten(package_dir: Path, package: str, roots: list[str], reserved: dict[str, str] | None = None) -> Flattened:
+def flatten(
+    package_dir: Path, package: str, roots: list[str], reserved: dict[str, str] | None = None
+) -> Flattened:
     """Merge ``roots`` and the package modules they import into one module's source.
 
     ``reserved`` maps names the caller will define after the merged code to a description
@@ -349,7 +398,9 @@ def flatten(package_dir: Path, package: str, roots: list[str], reserved: dict[st
     for root in roots:
         flattener.load(root)
     order = _order(flattener.modules, roots)
-    owners: dict[str, str] = {name: f"the generated train.py ({what})" for name, what in (reserved or {}).items()}
+    owners: dict[str, str] = {
+        name: f"the generated train.py ({what})" for name, what in (reserved or {}).items()
+    }
     imports: dict[str, tuple[str, str]] = {}  # bound name -> (canonical, where)
     statements: list[str] = []
     for name in order:
@@ -358,24 +409,33 @@ def flatten(package_dir: Path, package: str, roots: list[str], reserved: dict[st
         for bound, canonical, statement in module.hoisted:
             seen = imports.get(bound)
             if seen is not None and seen[0] != canonical:
-                raise FlattenError(f"name collision: {bound!r} is {seen[0]} in {seen[1]} but {canonical} in {rel}")
+                raise FlattenError(
+                    f"name collision: {bound!r} is {seen[0]} in {seen[1]} but {canonical} in {rel}"
+                )
             imports.setdefault(bound, (canonical, rel))
             if statement not in statements:
                 statements.append(statement)
         for defined, line in sorted(module.defined.items()):
             where = f"{rel}:{line}"
             if defined in owners and owners[defined] != where:
-                raise FlattenError(f"name collision: {defined!r} is defined in {owners[defined]} and in {where}; rename one")
+                raise FlattenError(
+                    f"name collision: {defined!r} is defined in {owners[defined]} and in {where}; rename one"
+                )
             owners[defined] = where
     for bound, (canonical, rel) in imports.items():
         if bound in owners:
-            raise FlattenError(f"name collision: {bound!r} is imported ({canonical}) in {rel} and defined in {owners[bound]}")
+            raise FlattenError(
+                f"name collision: {bound!r} is imported ({canonical}) in {rel} and defined in {owners[bound]}"
+            )
     for name in order:
         flattener.rewrite_attributes(flattener.modules[name])
     parts = ["from __future__ import annotations\n", "\n".join(statements) + "\n"]
     for name in order:
         module = flattener.modules[name]
         rel = module.path.relative_to(flattener.dir)
-        parts.append(f"\n# {'-' * 20} {package.replace('.', '/')}/{rel} {'-' * 20}\n\n" + flattener.emitted(module))
+        parts.append(
+            f"\n# {'-' * 20} {package.replace('.', '/')}/{rel} {'-' * 20}\n\n"
+            + flattener.emitted(module)
+        )
     paths = tuple(str(flattener.modules[n].path.relative_to(flattener.dir)) for n in order)
     return Flattened(source="".join(parts), modules=paths)

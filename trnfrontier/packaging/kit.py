@@ -50,7 +50,9 @@ def _parse(path: Path) -> ast.Module:
     try:
         return ast.parse(path.read_bytes(), filename=str(path))
     except SyntaxError as exc:
-        raise TrnfError(f"{path}:{exc.lineno}: does not parse ({exc.msg}); fix it before packaging") from None
+        raise TrnfError(
+            f"{path}:{exc.lineno}: does not parse ({exc.msg}); fix it before packaging"
+        ) from None
 
 
 def _resolve(root: Path, dotted: str) -> list[Path]:
@@ -83,14 +85,22 @@ def imported_files(train_py: Path) -> dict[str, Path]:
                 candidates += [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = list(package[: len(package) - (node.level - 1)]) if node.level - 1 <= len(package) else None
+                    base = (
+                        list(package[: len(package) - (node.level - 1)])
+                        if node.level - 1 <= len(package)
+                        else None
+                    )
                     if base is None:
                         continue
                     module = ".".join(base + ([node.module] if node.module else []))
                 else:
                     module = node.module or ""
                 candidates.append(module)
-                candidates += [f"{module}.{alias.name}" if module else alias.name for alias in node.names if alias.name != "*"]
+                candidates += [
+                    f"{module}.{alias.name}" if module else alias.name
+                    for alias in node.names
+                    if alias.name != "*"
+                ]
         for dotted in candidates:
             for file in _resolve(root, dotted):
                 if file not in seen:
@@ -103,13 +113,19 @@ def imported_files(train_py: Path) -> dict[str, Path]:
 def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, list[str]]:
     """checkpoint/ members from a kit final.pt (+ siblings), the parameter count, NaN/inf tensors."""
     if not checkpoint.is_file():
-        raise UsageError(f"--checkpoint {checkpoint}: no such file (give the final.pt your train.py wrote, e.g. out/final.pt)")
+        raise UsageError(
+            f"--checkpoint {checkpoint}: no such file (give the final.pt your train.py wrote, e.g. out/final.pt)"
+        )
     try:
         blob = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unloadable file gets the same one line
-        raise TrnfError(f"--checkpoint {checkpoint}: does not load with torch.load(weights_only=True) ({type(exc).__name__}: {exc})") from None
+        raise TrnfError(
+            f"--checkpoint {checkpoint}: does not load with torch.load(weights_only=True) ({type(exc).__name__}: {exc})"
+        ) from None
     if not isinstance(blob, dict) or not isinstance(blob.get("model_state"), dict):
-        raise TrnfError(f"--checkpoint {checkpoint}: not the kit's final.pt layout (a dict with model_state, model_config, meta)")
+        raise TrnfError(
+            f"--checkpoint {checkpoint}: not the kit's final.pt layout (a dict with model_state, model_config, meta)"
+        )
     state = {name: t for name, t in blob["model_state"].items() if isinstance(t, torch.Tensor)}
     members: dict[str, Path | bytes] = {fmt.CHECKPOINT_FINAL_PT: checkpoint}
     safetensors, meta = checkpoint.with_name(ckpt.MODEL_FILE), checkpoint.with_name(ckpt.META_FILE)
@@ -119,15 +135,29 @@ def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, 
     else:
         buffer = io.BytesIO()
         config = blob.get("model_config")
-        ckpt.write_safetensors(buffer, state, {"format": "pt", "model_config": json.dumps(config, sort_keys=True, default=str)})
+        ckpt.write_safetensors(
+            buffer,
+            state,
+            {"format": "pt", "model_config": json.dumps(config, sort_keys=True, default=str)},
+        )
         members[fmt.CHECKPOINT_SAFETENSORS] = buffer.getvalue()
         params = sum(t.numel() for t in state.values())
-        non_finite = [name for name, t in sorted(state.items()) if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        non_finite = [
+            name
+            for name, t in sorted(state.items())
+            if t.is_floating_point() and not bool(torch.isfinite(t).all())
+        ]
     if meta.is_file():
         members[fmt.CHECKPOINT_META] = meta
     else:
-        document = {"model_config": blob.get("model_config"), "meta": blob.get("meta"), "source": checkpoint.name}
-        members[fmt.CHECKPOINT_META] = (json.dumps(document, indent=2, sort_keys=True, default=str) + "\n").encode()
+        document = {
+            "model_config": blob.get("model_config"),
+            "meta": blob.get("meta"),
+            "source": checkpoint.name,
+        }
+        members[fmt.CHECKPOINT_META] = (
+            json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
+        ).encode()
     return members, params, non_finite
 
 
@@ -138,10 +168,15 @@ def _measure(train_py: Path, checkpoint: Path) -> dict[str, Any]:
     document = evaluate([Target(checkpoint, train_py)], EvalOptions())
     result = document["results"][0]
     if result["status"] != "ok":
-        raise TrnfError(f"--val-bpb-from-eval: the trusted evaluation gave no valid score: {'; '.join(result['reasons'])}")
+        raise TrnfError(
+            f"--val-bpb-from-eval: the trusted evaluation gave no valid score: {'; '.join(result['reasons'])}"
+        )
     return {
-        "val_bpb": result["val_bpb"], "eval_tokens": result["tokens_requested"], "eval_seq_len": result["seq_len"],
-        "eval_split": document["split"], "prepare_sha256": document["prepare_sha256"],
+        "val_bpb": result["val_bpb"],
+        "eval_tokens": result["tokens_requested"],
+        "eval_seq_len": result["seq_len"],
+        "eval_split": document["split"],
+        "prepare_sha256": document["prepare_sha256"],
     }
 
 
@@ -157,7 +192,9 @@ def _default_hashes() -> dict[str, Any]:
     return {"prepare_sha256": contract.sha256, "tokenizer_sha256": tokenizer}
 
 
-def _from_run_dir(run_dir: Path | None, checkpoint: Path | None, launch: str | None) -> tuple[Path, str]:
+def _from_run_dir(
+    run_dir: Path | None, checkpoint: Path | None, launch: str | None
+) -> tuple[Path, str]:
     """--checkpoint and --launch, defaulting to what a kit run directory recorded."""
     if run_dir is not None and checkpoint is None:
         recorded = read_json(Path(run_dir) / SUMMARY_FILE, "summary.json").get("final_checkpoint")
@@ -165,14 +202,29 @@ def _from_run_dir(run_dir: Path | None, checkpoint: Path | None, launch: str | N
     if run_dir is not None and launch is None and (Path(run_dir) / fmt.LAUNCH_TXT).is_file():
         launch = (Path(run_dir) / fmt.LAUNCH_TXT).read_text(encoding="utf-8")
     if checkpoint is None or launch is None:
-        missing = " and ".join(n for n, v in (("--checkpoint (e.g. out/final.pt)", checkpoint), ("--launch", launch)) if v is None)
-        raise UsageError(f"--train-py needs {missing}, or --run-dir of a `trnf train --train-py` run that recorded them")
+        missing = " and ".join(
+            n
+            for n, v in (("--checkpoint (e.g. out/final.pt)", checkpoint), ("--launch", launch))
+            if v is None
+        )
+        raise UsageError(
+            f"--train-py needs {missing}, or --run-dir of a `trnf train --train-py` run that recorded them"
+        )
     return Path(checkpoint), launch
 
 
-def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out: Path, *, run_dir: Path | None = None,
-                writeup: Path | None = None, force: bool = False, pins_file: Path | None = None,
-                val_bpb_from_eval: bool = False) -> PackageResult:
+def package_kit(
+    train_py: Path,
+    checkpoint: Path | None,
+    launch: str | None,
+    out: Path,
+    *,
+    run_dir: Path | None = None,
+    writeup: Path | None = None,
+    force: bool = False,
+    pins_file: Path | None = None,
+    val_bpb_from_eval: bool = False,
+) -> PackageResult:
     """Package a team's own train.py, its local imports, its checkpoint and a kit run's logs."""
     train_py = Path(train_py)
     if not train_py.is_file():
@@ -180,7 +232,10 @@ def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out
     checkpoint, launch = _from_run_dir(run_dir, checkpoint, launch)
     launch = check_launch(launch)
     team_text = read_team_text(writeup)
-    members: dict[str, Path | bytes] = {fmt.TRAIN_PY: train_py, fmt.LAUNCH_TXT: (launch + "\n").encode()}
+    members: dict[str, Path | bytes] = {
+        fmt.TRAIN_PY: train_py,
+        fmt.LAUNCH_TXT: (launch + "\n").encode(),
+    }
     for name, path in imported_files(train_py).items():
         members[name] = path
     ckpt_members, params, non_finite = checkpoint_members(Path(checkpoint))
@@ -190,36 +245,67 @@ def package_kit(train_py: Path, checkpoint: Path | None, launch: str | None, out
         run_dir = Path(checkpoint).parent / "run"  # where trnf init's train.py writes its run
     summary: dict[str, Any] = {}
     if run_dir is not None:
-        summary = read_json(Path(run_dir) / SUMMARY_FILE, "summary.json (is this a `trnf train --train-py` run directory?)")
+        summary = read_json(
+            Path(run_dir) / SUMMARY_FILE,
+            "summary.json (is this a `trnf train --train-py` run directory?)",
+        )
         for member, name in ((fmt.STEP_LOG, STEP_LOG_FILE), (fmt.METRICS_LOG, METRICS_FILE)):
             if (Path(run_dir) / name).is_file():
                 members[member] = Path(run_dir) / name
         members[fmt.SUMMARY] = Path(run_dir) / SUMMARY_FILE
     if fmt.STEP_LOG not in members:
         where = f"{run_dir}/{STEP_LOG_FILE}" if run_dir else "a run directory"
-        raise TrnfError(f"no step-boundary log ({where}): pass --run-dir with the run of `trnf train --train-py`, whose log proves the budget")
+        raise TrnfError(
+            f"no step-boundary log ({where}): pass --run-dir with the run of `trnf train --train-py`, whose log proves the budget"
+        )
     members.setdefault(fmt.METRICS_LOG, b"")
     if val_bpb_from_eval:
         measured = _measure(train_py, Path(checkpoint))
         # The run's own record of its prepare.py wins: the pins are about what trained.
-        summary = {**summary, **measured, "prepare_sha256": summary.get("prepare_sha256") or measured["prepare_sha256"]}
+        summary = {
+            **summary,
+            **measured,
+            "prepare_sha256": summary.get("prepare_sha256") or measured["prepare_sha256"],
+        }
     if not summary.get("prepare_sha256") or not summary.get("tokenizer_sha256"):
         for key, value in _default_hashes().items():
             summary[key] = summary.get(key) or value
     members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
 
     step_log = members[fmt.STEP_LOG]
-    reasons = refusal_reasons(summary, load_pins(pins_file), non_finite, step_log=step_log if isinstance(step_log, Path) else None,
-                              unmeasured="pass --val-bpb-from-eval, or --run-dir with a summary that has one")
+    reasons = refusal_reasons(
+        summary,
+        load_pins(pins_file),
+        non_finite,
+        step_log=step_log if isinstance(step_log, Path) else None,
+        unmeasured="pass --val-bpb-from-eval, or --run-dir with a summary that has one",
+    )
     over = size_problems(members)
     if over:
         raise TrnfError(over[0])
     forced = refuse_or_force(reasons + screen_reasons(members), force, str(train_py))
 
-    facts = summary_facts(summary, name=train_py.parent.resolve().name, source=f"kit train.py {train_py.name}", launch=launch, kernels=[])
+    facts = summary_facts(
+        summary,
+        name=train_py.parent.resolve().name,
+        source=f"kit train.py {train_py.name}",
+        launch=launch,
+        kernels=[],
+    )
     facts["params"] = params
-    add_writeup(members, facts, None, members[fmt.METRICS_LOG] if isinstance(members[fmt.METRICS_LOG], Path) else None, forced, team_text)  # type: ignore[arg-type]
-    measured_by = "trnf package --val-bpb-from-eval (trusted evaluate_bpb)" if val_bpb_from_eval else f"summary.json of the kit run {Path(run_dir).name if run_dir else ''}"
+    add_writeup(
+        members,
+        facts,
+        None,
+        members[fmt.METRICS_LOG] if isinstance(members[fmt.METRICS_LOG], Path) else None,
+        forced,
+        team_text,
+    )  # type: ignore[arg-type]
+    measured_by = (
+        "trnf package --val-bpb-from-eval (trusted evaluate_bpb)"
+        if val_bpb_from_eval
+        else f"summary.json of the kit run {Path(run_dir).name if run_dir else ''}"
+    )
     meta = {
         "prepare_sha256": summary.get("prepare_sha256"),
         "tokenizer_sha256": summary.get("tokenizer_sha256"),

@@ -55,10 +55,16 @@ def read_run(path: Path) -> RunDir:
     """Read a run directory; anything that makes it unpackageable even with --force is an error here."""
     path = Path(path)
     if not path.is_dir():
-        raise UsageError(f"{path}: no such run directory (give runs/<name>, the --out of `trnf train`)")
+        raise UsageError(
+            f"{path}: no such run directory (give runs/<name>, the --out of `trnf train`)"
+        )
     summary = read_json(path / SUMMARY_FILE, "summary.json (is this a finished `trnf train` run?)")
     final_dir = path / ckpt.FINAL_DIR
-    missing = [name for name in (ckpt.MODEL_FILE, ckpt.META_FILE, ckpt.KIT_FILE) if not (final_dir / name).is_file()]
+    missing = [
+        name
+        for name in (ckpt.MODEL_FILE, ckpt.META_FILE, ckpt.KIT_FILE)
+        if not (final_dir / name).is_file()
+    ]
     if missing:
         status = summary.get("status", "unknown")
         raise TrnfError(
@@ -70,10 +76,14 @@ def read_run(path: Path) -> RunDir:
     else:
         recipe = read_json(final_dir / ckpt.META_FILE, "final/meta.json").get("recipe")
         if not isinstance(recipe, dict):
-            raise TrnfError(f"{path}: no recipe.json and final/meta.json records no recipe; cannot regenerate train.py")
+            raise TrnfError(
+                f"{path}: no recipe.json and final/meta.json records no recipe; cannot regenerate train.py"
+            )
     for name in (STEP_LOG_FILE,):
         if not (path / name).is_file():
-            raise TrnfError(f"{path / name} is missing: the budget cannot be checked without the step-boundary log")
+            raise TrnfError(
+                f"{path / name} is missing: the budget cannot be checked without the step-boundary log"
+            )
     return RunDir(path=path, summary=summary, recipe=recipe, final_dir=final_dir)
 
 
@@ -93,11 +103,16 @@ def checkpoint_params(safetensors: Path) -> tuple[int, list[str]]:
 def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list[str]:
     """Reasons the run's prepare.py / tokenizer are not the pinned ones (empty: they are)."""
     reasons = []
-    for what, used, pin in (("prepare.py", prepare_sha256, pins.prepare), ("tokenizer", tokenizer_sha256, pins.tokenizer)):
+    for what, used, pin in (
+        ("prepare.py", prepare_sha256, pins.prepare),
+        ("tokenizer", tokenizer_sha256, pins.tokenizer),
+    ):
         if pin.sha256 is None:
             continue
         if not isinstance(used, str) or used.lower() != pin.sha256:
-            reasons.append(f"{what} SHA256 {str(used)[:16]}... is not the pinned {pin.sha256[:16]}... ({pin.source})")
+            reasons.append(
+                f"{what} SHA256 {str(used)[:16]}... is not the pinned {pin.sha256[:16]}... ({pin.source})"
+            )
     return reasons
 
 
@@ -118,8 +133,14 @@ def log_budget_reason(step_log: Path) -> str | None:
     return None
 
 
-def refusal_reasons(summary: dict[str, Any], pins: Pins, non_finite: list[str], *, unmeasured: str,
-                    step_log: Path | None = None) -> list[str]:
+def refusal_reasons(
+    summary: dict[str, Any],
+    pins: Pins,
+    non_finite: list[str],
+    *,
+    unmeasured: str,
+    step_log: Path | None = None,
+) -> list[str]:
     """Why a run should not be submitted (each can be overridden with --force).
 
     ``summary`` is a run's summary.json (a kit run's may lack keys: absent means unknown,
@@ -129,7 +150,9 @@ def refusal_reasons(summary: dict[str, Any], pins: Pins, non_finite: list[str], 
     s = summary
     reasons = []
     if s.get("over_budget"):
-        reasons.append(f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or 1800):g}")
+        reasons.append(
+            f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or 1800):g}"
+        )
     elif step_log is not None and (reason := log_budget_reason(step_log)):
         reasons.append(reason)
     if s.get("status") not in (None, "completed"):

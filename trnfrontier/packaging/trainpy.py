@@ -121,11 +121,11 @@ def load_for_eval(checkpoint_path: str, device) -> torch.nn.Module:
 
 '''
 
-_KERNELS = '''    if any(choice != "off" for choice in recipe["kernels"].values()):
+_KERNELS = """    if any(choice != "off" for choice in recipe["kernels"].values()):
         # The recipe's NKI kernels (files in kernels/ beside this one); "auto" falls back
         # to the PyTorch references where no NeuronCore is present.
         use_kernels(recipe["kernels"], resolve_device(recipe["runtime"]["device"], int(os.environ.get("LOCAL_RANK", "0"))))
-'''
+"""
 
 
 def uses_kernels(recipe: dict[str, Any]) -> list[str]:
@@ -163,7 +163,9 @@ def _docstring(recipe: dict[str, Any], mode: Mode, purpose: str) -> str:
     )
 
 
-def render_train_py(recipe: dict[str, Any], mode: Mode, purpose: str = "a trnfrontier submission") -> str:
+def render_train_py(
+    recipe: dict[str, Any], mode: Mode, purpose: str = "a trnfrontier submission"
+) -> str:
     """The train.py source for ``recipe`` in the given shape (deterministic: same input, same text)."""
     kernels = bool(uses_kernels(recipe))
     head = _docstring(recipe, mode, purpose)

@@ -40,11 +40,21 @@ def read_loss_points(metrics: Path) -> list[tuple[float, float]]:
 
 def _png(width: int, height: int, pixels: list[bytearray]) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
     raw = b"".join(b"\x00" + bytes(row) for row in pixels)  # filter type 0 on every row
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def loss_curve_png(points: list[tuple[float, float]], width: int = 640, height: int = 360) -> bytes:
@@ -82,7 +92,10 @@ def loss_curve_png(points: list[tuple[float, float]], width: int = 640, height: 
         x_span, y_span = (x_hi - x_lo) or 1.0, (y_hi - y_lo) or 1.0
 
         def to_px(step: float, loss: float) -> tuple[int, int]:
-            return (left + round((step - x_lo) / x_span * (right - left)), bottom - round((loss - y_lo) / y_span * (bottom - top)))
+            return (
+                left + round((step - x_lo) / x_span * (right - left)),
+                bottom - round((loss - y_lo) / y_span * (bottom - top)),
+            )
 
         previous = to_px(*points[0])
         for point in points[1:] or points:
@@ -104,11 +117,17 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: data}
 
 
-def recipe_differences(recipe: dict[str, Any], baseline: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+def recipe_differences(
+    recipe: dict[str, Any], baseline: dict[str, Any]
+) -> list[tuple[str, Any, Any]]:
     """(key path, baseline value, this recipe's value) wherever they differ (name/description aside)."""
     mine, base = _flat(recipe), _flat(baseline)
     skip = {"name", "description"}
-    return [(key, base.get(key), mine.get(key)) for key in sorted(set(mine) | set(base)) if key not in skip and mine.get(key) != base.get(key)]
+    return [
+        (key, base.get(key), mine.get(key))
+        for key in sorted(set(mine) | set(base))
+        if key not in skip and mine.get(key) != base.get(key)
+    ]
 
 
 def _fmt(value: Any, spec: str = "", unit: str = "") -> str:
@@ -126,13 +145,21 @@ def _cell(value: Any) -> str:
 def curve_caption(points: list[tuple[float, float]]) -> str:
     """What the unlabelled plot shows, in numbers."""
     losses = [loss for _, loss in points]
-    return (f"Loss {points[0][1]:.4f} at step {points[0][0]:g} to {points[-1][1]:.4f} at step {points[-1][0]:g}; "
-            f"the y axis spans {min(losses):.4f} (bottom) to {max(losses):.4f} (top), the x axis the logged steps.")
+    return (
+        f"Loss {points[0][1]:.4f} at step {points[0][0]:g} to {points[-1][1]:.4f} at step {points[-1][0]:g}; "
+        f"the y axis spans {min(losses):.4f} (bottom) to {max(losses):.4f} (top), the x axis the logged steps."
+    )
 
 
-def render_writeup(facts: dict[str, Any], differences: list[tuple[str, Any, Any]] | None, *,
-                   forced: list[str], team_text: str | None = None, loss_curve: str | None = None,
-                   caption: str = "") -> str:
+def render_writeup(
+    facts: dict[str, Any],
+    differences: list[tuple[str, Any, Any]] | None,
+    *,
+    forced: list[str],
+    team_text: str | None = None,
+    loss_curve: str | None = None,
+    caption: str = "",
+) -> str:
     """WRITEUP.md: the team's text (or a placeholder) and the generated facts of the run.
 
     ``facts`` keys: name, source, params, tokens, steps, charged_seconds, startup_seconds,
@@ -164,12 +191,16 @@ def render_writeup(facts: dict[str, Any], differences: list[tuple[str, Any, Any]
         lines += ["### Recipe vs recipes/baseline_d10.yaml", ""]
         if differences:
             lines += ["| key | baseline | this run |", "| --- | --- | --- |"]
-            lines += [f"| {key} | {_cell(base)} | {_cell(mine)} |" for key, base, mine in differences]
+            lines += [
+                f"| {key} | {_cell(base)} | {_cell(mine)} |" for key, base, mine in differences
+            ]
         else:
             lines.append("Identical to the baseline recipe.")
         lines.append("")
     if loss_curve:
-        lines += ["### Loss curve", "", f"![training loss by step]({loss_curve})", ""] + ([caption, ""] if caption else [])
+        lines += ["### Loss curve", "", f"![training loss by step]({loss_curve})", ""] + (
+            [caption, ""] if caption else []
+        )
     if forced:
         lines += ["### Packaged with --force", "", "These checks failed and were overridden:", ""]
         lines += [f"- {reason}" for reason in forced]
