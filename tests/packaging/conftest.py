@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.runtime.test_trainer import TINY, tiny_recipe
+from tests.runtime.test_trainer import TINY, _entry, tiny_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,23 +26,9 @@ def tiny_run(sample_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     run.mkdir()
     recipe = tiny_recipe("budget.max_steps=4")
     (run / "recipe.json").write_text(json.dumps(recipe, indent=2, sort_keys=True))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRNF_PREPARE": str(REPO / "prepare.py")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trnfrontier.runtime.entry",
-            "--recipe",
-            str(run / "recipe.json"),
-            "--out",
-            str(run),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    proc = _entry(run)  # python -m trnfrontier.runtime.entry, as the trainer tests start it
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert (
         summary["status"] == "completed"

@@ -87,27 +87,19 @@ def git_state() -> dict[str, Any]:
     root = project_root_file(".git")
     if root is None:
         return {"commit": None, "dirty": None}
-    cwd = root.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root.parent, capture_output=True, text=True, check=True, timeout=30
+        )
+        return done.stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
-    return {"commit": commit or None, "dirty": bool(status.strip())}
+    return {"commit": commit or None, "dirty": dirty}
 
 
 def versions(recorded: dict[str, Any] | None) -> dict[str, Any]:
