@@ -178,3 +178,12 @@ def test_json_schema_describes_every_section() -> None:
         "run",
     }
     assert schema["additionalProperties"] is False
+
+
+def test_kernel_choices_survive_yaml_booleans(tmp_path: Path) -> None:
+    """YAML 1.1 reads bare on/off as booleans; a kernels section means the words."""
+    path = tmp_path / "k.yaml"
+    path.write_text("name: k\nkernels:\n  relu2: on\n  rmsnorm: off\n  attention: auto\n")
+    recipe = load_recipe(path, ["kernels.cross_entropy=on"])
+    assert recipe.kernels.relu2 == "on" and recipe.kernels.rmsnorm == "off"
+    assert recipe.kernels.attention == "auto" and recipe.kernels.cross_entropy == "on"

@@ -122,6 +122,23 @@ def test_run_directory_and_summary(sample_home: Path, prepare_module, tmp_path: 
     assert blob["meta"]["recipe"]["name"] == "cpu_smoke" and blob["meta"]["step"] == 6
 
 
+def test_recipe_kernels_section_reaches_the_trainer(sample_home: Path, tmp_path: Path) -> None:
+    """auto falls back to the references off Neuron (and says which); on is refused there."""
+    from trnfrontier.runtime.kernels import KernelFallbackWarning, reset_kernels
+
+    try:
+        with pytest.warns(KernelFallbackWarning, match="rmsnorm"):
+            summary = train(tiny_recipe("budget.max_steps=2", "kernels.rmsnorm=auto"), tmp_path / "auto")
+        assert summary["kernels"]["rmsnorm"] == "reference"
+        assert set(summary["kernels"]) >= {"relu2", "rmsnorm", "attention", "cross_entropy"}
+        from trnfrontier.runtime.kernels import KernelUnavailableError
+
+        with pytest.raises(KernelUnavailableError, match="kernels.relu2"):
+            train(tiny_recipe("budget.max_steps=2", "kernels.relu2=on"), tmp_path / "on")
+    finally:
+        reset_kernels()
+
+
 def test_cpu_training_is_deterministic(sample_home: Path, tmp_path: Path) -> None:
     """Same seed, same curve. (In schedule.mode=time the LR follows the wall clock, so only
     a step-driven schedule can be bit-identical from run to run.)"""

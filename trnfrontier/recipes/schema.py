@@ -164,6 +164,14 @@ class KernelsSection(Section):
     """Per kernel: off = plain PyTorch; auto = NKI on Neuron, reference elsewhere (said once);
     on = the NKI kernel is required, and its absence is an error."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_booleans(cls, data: object) -> object:
+        # YAML 1.1 reads a bare `on` / `off` as true / false; take them as the words meant.
+        if isinstance(data, dict):
+            return {k: ("on" if v is True else "off" if v is False else v) for k, v in data.items()}
+        return data
+
     relu2: KernelChoice = "off"
     rmsnorm: KernelChoice = "off"
     rope_qknorm: KernelChoice = "off"

@@ -33,6 +33,7 @@ import torch.nn as nn
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import devices, distributed
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
+from trnfrontier.runtime.kernels import use_kernels
 from trnfrontier.runtime.contract import load_prepare, sha256_file
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
@@ -116,6 +117,9 @@ class Trainer:
             raise TrainingError(
                 f"model.vocab_size={r['model']['vocab_size']} but the tokenizer has {vocab} tokens"
             )
+        # Kernels are chosen before the model is built, so every op the model calls is the
+        # recipe's choice; KernelUnavailableError (a kernel set to "on" that cannot run) stops here.
+        self.kernels = use_kernels(r.get("kernels"), self.device)
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
         self.model = GPT(GPTConfig.from_recipe(r["model"])).to(self.device)
         self.optimizers = build_optimizers(self.model, r["optim"])
@@ -476,6 +480,7 @@ class Trainer:
             "over_budget": accounting["over_budget"],
             "budget_seconds": float(b["seconds"]),
             "device": self.spec.name,
+            "kernels": self.kernels,
             "dtype": str(self.spec.dtype).removeprefix("torch."),
             "world_size": self.info.world_size,
             "versions": versions(),
