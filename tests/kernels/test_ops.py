@@ -235,8 +235,32 @@ def test_use_kernels_on_neuron_without_nki_says_what_is_missing() -> None:
 
 def test_register_ops_routes_the_model_through_the_custom_ops() -> None:
     register_ops()
-    for entry in ("relu_squared", "rms_norm", "apply_rotary", "causal_attention", "cross_entropy"):
+    for entry in (
+        "relu_squared",
+        "rms_norm",
+        "apply_rotary",
+        "rotary_rms_norm",
+        "causal_attention",
+        "cross_entropy",
+        "softcapped_cross_entropy",
+    ):
         assert ops.OPS[entry] is not ops.reference(entry)
+    # the model's attention and loss reach the fused kernels, not the two-step compositions
+    assert ops.OPS["rotary_rms_norm"] is custom_ops.rotary_rms_norm
+    assert ops.OPS["softcapped_cross_entropy"] is custom_ops.softcapped_cross_entropy
+
+
+def test_fused_defaults_compose_the_single_ops() -> None:
+    """With kernels off, the fused entries are exactly the two-step plain computations."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 8)
+    angles = torch.randn(5, 4)
+    cos, sin = angles.cos()[None, None], angles.sin()[None, None]
+    assert torch.equal(ops.rotary_rms_norm(x, cos, sin), ops.rms_norm(ops.apply_rotary(x, cos, sin)))
+    logits, targets = torch.randn(2, 5, 11) * 30, torch.randint(0, 11, (2, 5))
+    targets[0, 0] = -1
+    fused = ops.softcapped_cross_entropy(logits, targets, 15.0, reduction="none")
+    assert torch.equal(fused, ops.cross_entropy(ops.softcap(logits, 15.0), targets, reduction="none"))
 
 
 def test_benchmark_kernels_reports_every_kernel_against_its_reference() -> None:

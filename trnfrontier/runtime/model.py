@@ -151,8 +151,8 @@ class CausalSelfAttention(nn.Module):
             gate = 2.0 * torch.sigmoid(self.ve_gate(x[..., : self.ve_gate_channels]))
             v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
         v = v.transpose(1, 2)
-        q = ops.rms_norm(ops.apply_rotary(q, cos, sin))
-        k = ops.rms_norm(ops.apply_rotary(k, cos, sin))
+        q = ops.rotary_rms_norm(q, cos, sin)
+        k = ops.rotary_rms_norm(k, cos, sin)
         y = ops.causal_attention(q, k, v)
         y = y.transpose(1, 2).reshape(B, T, -1)
         return self.c_proj(y)
@@ -245,6 +245,12 @@ class GPT(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         """Token ids [B, T] -> float32 logits [B, T, vocab]. Pure, stateless, causal."""
+        logits = self._uncapped_logits(idx)
+        if self.config.softcap > 0:
+            logits = ops.softcap(logits, self.config.softcap)
+        return logits
+
+    def _uncapped_logits(self, idx: Tensor) -> Tensor:
         _, T = idx.shape
         if self.rotary_cos.size(-2) < T or self.rotary_cos.device != idx.device:
             # A longer eval context than precomputed: extend the tables once.
@@ -256,15 +262,16 @@ class GPT(nn.Module):
             ve = self.value_embeds[key](idx) if key in self.value_embeds else None
             x = block(x, ve, cos, sin)
         x = ops.rms_norm(x)
-        logits = self.lm_head(x).float()
-        if self.config.softcap > 0:
-            logits = ops.softcap(logits, self.config.softcap)
-        return logits
+        return self.lm_head(x).float()
 
     def loss(self, idx: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
         """Cross-entropy (float32, nats) of ``forward(idx)`` against ``targets``;
         targets equal to -1 are ignored. ``reduction="none"`` returns [B, T]."""
-        return ops.cross_entropy(self.forward(idx), targets, ignore_index=-1, reduction=reduction)
+        # The softcap is applied inside the loss op so a fused kernel can skip storing the
+        # capped logits; the plain path computes exactly cross_entropy(forward(idx)).
+        return ops.softcapped_cross_entropy(
+            self._uncapped_logits(idx), targets, self.config.softcap, ignore_index=-1, reduction=reduction
+        )
 
     # ------------------------------------------------------------------ accounting
 

@@ -69,6 +69,19 @@ def _cross_entropy(
     return loss.view(targets.shape) if reduction == "none" else loss
 
 
+def _rotary_rms_norm(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    # Composed through the table, so a kernel registered for either half still runs
+    # when the fused rope_qknorm kernel is off.
+    return OPS["rms_norm"](OPS["apply_rotary"](x, cos, sin))
+
+
+def _softcapped_cross_entropy(
+    logits: Tensor, targets: Tensor, cap: float, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
+    capped = OPS["softcap"](logits, cap) if cap > 0 else logits
+    return OPS["cross_entropy"](capped, targets, ignore_index=ignore_index, reduction=reduction)
+
+
 _DEFAULTS: dict[str, Callable[..., Tensor]] = {
     "rms_norm": _rms_norm,
     "relu_squared": _relu_squared,
@@ -76,6 +89,8 @@ _DEFAULTS: dict[str, Callable[..., Tensor]] = {
     "causal_attention": _causal_attention,
     "softcap": _softcap,
     "cross_entropy": _cross_entropy,
+    "rotary_rms_norm": _rotary_rms_norm,
+    "softcapped_cross_entropy": _softcapped_cross_entropy,
 }
 
 OPS: dict[str, Callable[..., Tensor]] = dict(_DEFAULTS)
@@ -132,3 +147,15 @@ def cross_entropy(
     logits: Tensor, targets: Tensor, ignore_index: int = -1, reduction: str = "mean"
 ) -> Tensor:
     return OPS["cross_entropy"](logits, targets, ignore_index=ignore_index, reduction=reduction)
+
+
+def rotary_rms_norm(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """rms_norm(apply_rotary(x)): what attention does to q and k (one fused kernel when on)."""
+    return OPS["rotary_rms_norm"](x, cos, sin)
+
+
+def softcapped_cross_entropy(
+    logits: Tensor, targets: Tensor, cap: float, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
+    """cross_entropy(softcap(logits, cap)): a fused kernel never stores the capped logits."""
+    return OPS["softcapped_cross_entropy"](logits, targets, cap, ignore_index=ignore_index, reduction=reduction)

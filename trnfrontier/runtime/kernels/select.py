@@ -28,11 +28,18 @@ from . import backend, custom_ops
 OPS_ENTRIES: dict[str, list[tuple[str, Callable[..., Any]]]] = {
     "relu2": [("relu_squared", custom_ops.relu_squared)],
     "rmsnorm": [("rms_norm", custom_ops.rms_norm)],
-    # the model calls rms_norm(apply_rotary(q)): the rotation goes through the rope_qknorm
-    # kernel (normalize=False) and the norm through trnf::rmsnorm when that is on too;
-    # custom_ops.rotary_rms_norm is the fused form for a model that calls it directly.
-    "rope_qknorm": [("apply_rotary", custom_ops.apply_rotary)],
-    "cross_entropy": [("cross_entropy", custom_ops.cross_entropy)],
+    # the model calls ops.rotary_rms_norm on q and k: one fused kernel; apply_rotary alone
+    # (rotation only, normalize=False) for any caller that uses the rotation by itself.
+    "rope_qknorm": [
+        ("rotary_rms_norm", custom_ops.rotary_rms_norm),
+        ("apply_rotary", custom_ops.apply_rotary),
+    ],
+    # model.loss calls ops.softcapped_cross_entropy on the uncapped logits: the kernel
+    # applies the cap per vocabulary chunk, so the capped logits are never stored.
+    "cross_entropy": [
+        ("softcapped_cross_entropy", custom_ops.softcapped_cross_entropy),
+        ("cross_entropy", custom_ops.cross_entropy),
+    ],
     "attention": [("causal_attention", custom_ops.causal_attention)],
     "polar_express": [],
 }
