@@ -33,8 +33,8 @@ import torch.nn as nn
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import devices, distributed
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
-from trnfrontier.runtime.kernels import use_kernels
 from trnfrontier.runtime.contract import load_prepare, sha256_file
+from trnfrontier.runtime.kernels import use_kernels
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
