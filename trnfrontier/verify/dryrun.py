@@ -170,7 +170,12 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
         why = probe.error or probe.data.get("error") or probe.data.get("detail")  # type: ignore[union-attr]
         return DryRunResult(False, f"checkpoint {checkpoint.relative_to(run_dir)} does not load in the clean environment: {why}")
     step_log = run_dir / "step_boundaries.jsonl"
-    logged = sum(1 for line in step_log.read_text().splitlines() if line.strip()) if step_log.is_file() else 0
+    # Header lines (one per process, {"header": true, ...}) are not step boundaries.
+    logged = (
+        sum(1 for line in step_log.read_text().splitlines() if line.strip() and '"header"' not in line)
+        if step_log.is_file()
+        else 0
+    )
     return DryRunResult(
         True,
         f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: exited 0, {logged} step boundaries, "
