@@ -13,7 +13,8 @@ steps, ``out/final.pt`` in the kit layout, and ``load_for_eval``. ``mode`` spoil
 - ``nan``: the loss becomes NaN from step 3.
 - ``nolog``: never calls record_step_boundary.
 
-``run_cli(args, capsys)`` runs `trnf` in this process and returns (code, stdout, stderr).
+``run_cli(args, capsys)`` runs `trnf` in this process and returns (code, stdout, stderr);
+``pid_alive(pid)`` reads /proc.
 """
 
 from __future__ import annotations
@@ -149,3 +150,13 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         main(args)
     captured = capsys.readouterr()
     return int(exited.value.code or 0), captured.out, captured.err
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (read from /proc here, independently of trnf's own process code);
+    a zombie (dead, not yet reaped by its new parent) counts as gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kit_fixtures import run_cli, write_train_py
+from kit_fixtures import pid_alive, run_cli, write_train_py
 
 RUN_TIMEOUT = ["--timeout", "600"]
 
@@ -126,18 +126,10 @@ def test_crash_on_rank_1_reports_rank_1s_traceback(sample_home: Path, tmp_path: 
     assert summary["status"] == "crashed" and summary["failed_rank"] == 1 and summary["exit_code"] == 1
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _processes_mentioning(text: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and _alive(int(entry.name)):
+        if entry.name.isdigit() and pid_alive(int(entry.name)):
             try:
                 if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
                     found.append(int(entry.name))
@@ -157,7 +149,7 @@ def test_hang_is_killed_at_the_timeout_with_no_process_left(sample_home: Path, t
     assert "--timeout 60 s" in line and "killed" in line
     pids = [int(p) for rank in (0, 1) for p in (train_py.parent / "pids" / f"rank{rank}").read_text().split()]
     assert len(pids) == 4  # each rank and its `sleep` child
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if pid_alive(pid)]
     assert _processes_mentioning(str(train_py.parent)) == []
     assert _summary(run_dir)["status"] == "timed_out"
 
@@ -189,8 +181,11 @@ def test_ctrl_c_stops_every_process_and_still_writes_the_summary(sample_home: Pa
 
     train_py = write_train_py(tmp_path / "team", "hang")
     run_dir = tmp_path / "run"
+    # A shell's background job inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: give the child the default disposition, as a terminal would.
     proc = subprocess.Popen([sys.executable, "-m", "trnfrontier", "train", "--train-py", str(train_py), "--out", str(run_dir), *RUN_TIMEOUT],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pid_file = train_py.parent / "pids" / "rank0"
     deadline = time.monotonic() + 600  # a bound for a stuck test, not a performance assertion
     while not pid_file.is_file() and proc.poll() is None and time.monotonic() < deadline:
@@ -200,6 +195,6 @@ def test_ctrl_c_stops_every_process_and_still_writes_the_summary(sample_home: Pa
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted: every process of the run was stopped" in err
-    assert not [pid for pid in map(int, pid_file.read_text().split()) if _alive(pid)]
+    assert not [pid for pid in map(int, pid_file.read_text().split()) if pid_alive(pid)]
     assert _processes_mentioning(str(train_py.parent)) == []
     assert _summary(run_dir)["status"] == "interrupted"

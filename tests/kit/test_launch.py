@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from kit_fixtures import pid_alive
+
 from trnfrontier.kit import launch, processes
 
 LAUNCHER = """\
@@ -35,14 +37,6 @@ def _plan(tmp_path: Path, linger: float) -> launch.LaunchPlan:
     script.write_text(LAUNCHER)
     argv = [sys.executable, str(script), str(tmp_path / "pids"), str(linger)]
     return launch.LaunchPlan(argv, tmp_path, dict(os.environ), "test", tmp_path / "torchrun")
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"
 
 
 def _pids(tmp_path: Path) -> list[int]:
@@ -70,7 +64,7 @@ def test_timeout_kills_every_process_including_other_sessions(tmp_path: Path) ->
     assert outcome.timed_out and outcome.exit_code is None
     worker, helper = _pids(tmp_path)
     assert {worker, helper} <= {p.pid for p in outcome.pids}
-    assert all(_gone(pid) for pid in (worker, helper))
+    assert not any(pid_alive(pid) for pid in (worker, helper))
     assert any("ready" in line for line in lines)
     assert "ready" in (tmp_path / "console.log").read_text()
 
@@ -79,7 +73,7 @@ def test_normal_exit_reports_the_code_and_removes_leftovers(tmp_path: Path) -> N
     outcome = launch.run(_plan(tmp_path, 2), timeout=None, console_log=tmp_path / "console.log")
     assert outcome.exit_code == 0 and not outcome.timed_out
     assert "launcher done" in outcome.console
-    assert all(_gone(pid) for pid in _pids(tmp_path))
+    assert not any(pid_alive(pid) for pid in _pids(tmp_path))
 
 
 def test_descendants_and_identity(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,8 +72,9 @@ def is_alive(proc: Proc) -> bool:
     return stat is not None and stat[0] != "Z" and stat[2] == proc.start
 
 
-def kill(procs: set[Proc], sig: int = signal.SIGKILL) -> None:
-    """Signal each live process in ``procs`` and its process group."""
+def kill(procs: set[Proc], sig: int = signal.SIGKILL, wait: float = 10.0) -> None:
+    """Signal each live process in ``procs`` and its process group; with SIGKILL, wait (at
+    most ``wait`` seconds) until they are gone, since delivery is not instantaneous."""
     for proc in sorted(procs, key=lambda p: p.pid):
         if not is_alive(proc):
             continue
@@ -83,3 +85,6 @@ def kill(procs: set[Proc], sig: int = signal.SIGKILL) -> None:
             os.kill(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+    deadline = time.monotonic() + wait
+    while sig == signal.SIGKILL and any(is_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)

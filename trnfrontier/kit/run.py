@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.contract import load_contract
+from trnfrontier.contract import TrustedContract, load_contract
 from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
 from trnfrontier.runtime.checkpoint import atomic_write_json
@@ -156,13 +156,21 @@ def _failure(run: KitRun, outcome: launch.LaunchOutcome, rank_logs: dict[int, lo
     return rank, logs.last_error_line(run.failure_tail)
 
 
-def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = None) -> KitRun:
-    """Launch, wait (at most ``options.timeout``), then write metrics.jsonl and summary.json.
+@dataclass
+class _Observed:
+    """What a finished launch left behind."""
 
-    Bad input raises TrnfError before anything is launched. A run that fails (crash, NaN,
-    over budget, no step log, no checkpoint, timeout) returns with ``problems`` and a
-    non-zero ``exit_code``; Ctrl-C stops every process, writes the summary and re-raises.
-    """
+    outcome: launch.LaunchOutcome
+    rank_logs: dict[int, logs.RankLog]
+    printed: logs.PrintedRun
+    accounting: dict[str, Any] | None
+    how: str  # which accounting, or why there is none
+    checkpoint: Path | None
+    facts: dict[str, Any]
+
+
+def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.LaunchPlan, list[str]]:
+    """Preflight, the run directory and the launch plan: (script, contract, run dir, plan, notes)."""
     script = options.train_py.expanduser().resolve()
     tree = preflight.check_train_py(options.train_py.expanduser())
     notes = validate_shape(options.nproc, options.lnc)
@@ -189,64 +197,70 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
         "organisers": plan.organisers, "argv": plan.argv, "cwd": str(plan.cwd),
         "env": _environment_record(plan), "timeout_seconds": options.timeout,
     })
+    return script, contract, run_dir, plan, notes
 
-    began = time.time()
-    outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
+
+def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Path, contract: TrustedContract, began: float) -> _Observed:
+    """Per-rank logs, rank 0's step lines, the budget accounting, metrics.jsonl, the checkpoint."""
     rank_logs = logs.collect_rank_logs(plan.log_dir, run_dir / "logs")
-    run = KitRun(run_dir=run_dir, summary={}, notes=notes)
-
     rank0 = rank_logs.get(0)
     printed = logs.read_printed([rank0.stdout, rank0.stderr] if rank0 else [])
     step_log = run_dir / STEP_LOG_FILE
     accounting, how = summary.budget(step_log, contract.module)
     charged = summary.charged_by_step(step_log, accounting) if accounting else {}
     summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
-    checkpoint = find_checkpoint(script.parent, began - 1.0, run_dir)
-    facts = _checkpoint_facts(checkpoint)
-    fields = summary.printed_fields(printed)
-    if facts.get("params") is not None:
-        fields["params"] = facts["params"]
+    checkpoint = find_checkpoint(plan.cwd, began - 1.0, run_dir)
+    return _Observed(outcome, rank_logs, printed, accounting, how, checkpoint, _checkpoint_facts(checkpoint))
 
+
+def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int | None]:
+    """(status, failing rank), filling the run's problems and failure log."""
+    outcome, accounting = seen.outcome, seen.accounting
     status, failed_rank = "completed", None
-    nan_step = printed.non_finite_loss_step()
     if outcome.interrupted:
         status = "interrupted"
         run.problems.append("interrupted (Ctrl-C): every process of the run was stopped")
     elif outcome.timed_out:
         status = "timed_out"
         run.problems.append(f"train.py still running at --timeout {options.timeout:g} s; the whole process tree was killed")
-        run.failure_log = run_dir / "logs" / "console.log"
+        run.failure_log = run.run_dir / "logs" / "console.log"
         run.failure_tail = [line for line in outcome.console.splitlines() if line.strip()][-12:]
     elif outcome.exit_code != 0:
         status = "crashed"
-        failed_rank, line = _failure(run, outcome, rank_logs)
+        failed_rank, line = _failure(run, outcome, seen.rank_logs)
         where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
         run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
-    if nan_step is not None or facts.get("non_finite"):
+    nan_step = seen.printed.non_finite_loss_step()
+    if nan_step is not None or seen.facts.get("non_finite"):
         status = "diverged" if status == "completed" else status
-        what = f"loss is NaN/inf at step {nan_step}" if nan_step is not None else f"NaN/inf weights in {', '.join(facts['non_finite'][:3])}"
+        what = f"loss is NaN/inf at step {nan_step}" if nan_step is not None else f"NaN/inf weights in {', '.join(seen.facts['non_finite'][:3])}"
         run.problems.append(f"diverged: {what}")
     if accounting is None and status in ("completed", "diverged"):
-        run.problems.append(how)
+        run.problems.append(seen.how)
     if accounting and accounting["over_budget"]:
         run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', 1800)):g} s")
-    if checkpoint is None and status == "completed":
-        run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for {KIT_CHECKPOINT} and *.pt under {script.parent})")
+    if seen.checkpoint is None and status == "completed":
+        run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for {KIT_CHECKPOINT} and *.pt under {options.train_py.parent})")
+    return status, failed_rank
 
+
+def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None, *, script: Path, contract: TrustedContract,
+              plan: launch.LaunchPlan, options: KitOptions) -> dict[str, Any]:
+    """summary.json: the recipe-run keys (None where a kit run cannot know them) + kit keys."""
+    accounting, checkpoint, printed = seen.accounting or {}, seen.checkpoint, seen.printed
+    fields = summary.printed_fields(printed)
+    if seen.facts.get("params") is not None:
+        fields["params"] = seen.facts["params"]  # counted in the checkpoint beats a printed number
     document: dict[str, Any] = {
-        "name": run_dir.name,
+        "name": run.run_dir.name,
         "mode": "kit",
         "status": status,
         "problems": run.problems,
         "val_bpb": None,  # the trusted score comes from `trnf eval --train-py ... --checkpoint ...`
         **fields,
         "steps": int(accounting["steps"]) if accounting else (printed.last("step") or 0),
-        "charged_seconds": accounting["charged_seconds"] if accounting else None,
-        "startup_seconds": accounting["startup_seconds"] if accounting else None,
-        "headroom_seconds": accounting["headroom_seconds"] if accounting else None,
-        "over_budget": bool(accounting["over_budget"]) if accounting else None,
-        "budget_seconds": float(accounting.get("budget_seconds", getattr(contract.module, "TRAIN_TIME_BUDGET_SECONDS", 1800))) if accounting else None,
-        "accounting": how if accounting else None,
+        **{key: accounting.get(key) for key in ("charged_seconds", "startup_seconds", "headroom_seconds", "over_budget", "budget_seconds")},
+        "accounting": seen.how if accounting else None,
         "device": None,  # the script chooses its device; trnf does not see it
         "world_size": options.nproc,
         "lnc": options.lnc,
@@ -258,23 +272,41 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
         "train_py": str(script),
         "train_py_sha256": sha256_file(script),
         "launch": plan.organisers,
-        "exit_code": outcome.exit_code,
+        "exit_code": seen.outcome.exit_code,
         "failed_rank": failed_rank,
-        "wall_seconds": outcome.seconds,
-        "diverged_step": nan_step,
+        "wall_seconds": seen.outcome.seconds,
+        "diverged_step": printed.non_finite_loss_step(),
     }
-    if facts.get("checkpoint_note"):
-        document["checkpoint_note"] = facts["checkpoint_note"]
-    unknown = [k for k in ("loss", "lr", "tokens_per_second") if printed.last(k) is None]
+    if accounting and document["budget_seconds"] is None:  # a prepare.py without budget_accounting
+        document["budget_seconds"] = float(getattr(contract.module, "TRAIN_TIME_BUDGET_SECONDS", 1800))
+    if seen.facts.get("checkpoint_note"):
+        document["checkpoint_note"] = seen.facts["checkpoint_note"]
+    unprinted = [k for k in ("loss", "lr", "tokens_per_second") if printed.last(k) is None]
     document["missing_fields"] = sorted(
-        {k for k in summary.PRINTED_FIELDS if document.get(k) is None} | {f"metrics.{k}" for k in unknown}
+        {k for k in summary.PRINTED_FIELDS if document.get(k) is None} | {f"metrics.{k}" for k in unprinted}
         | {k for k in ("charged_seconds", "final_checkpoint", "device") if document.get(k) is None}
     )
-    atomic_write_json(run_dir / SUMMARY_FILE, document)
-    run.summary = document
+    return document
+
+
+def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = None) -> KitRun:
+    """Launch, wait (at most ``options.timeout``), then write metrics.jsonl and summary.json.
+
+    Bad input raises TrnfError before anything is launched. A run that fails (crash, NaN,
+    over budget, no step log, no checkpoint, timeout) returns with ``problems`` and a
+    non-zero ``exit_code``; Ctrl-C stops every process, writes the summary and raises
+    KitInterrupted.
+    """
+    script, contract, run_dir, plan, notes = _start(options)
+    began = time.time()
+    outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
+    seen = _observe(outcome, plan, run_dir, contract, began)
+    run = KitRun(run_dir=run_dir, summary={}, notes=notes)
+    status, failed_rank = _judge(run, seen, options)
+    run.summary = _document(run, seen, status, failed_rank, script=script, contract=contract, plan=plan, options=options)
+    atomic_write_json(run_dir / SUMMARY_FILE, run.summary)
     if run.problems:
         run.exit_code = EXIT_DIVERGED if status == "diverged" else (130 if status == "interrupted" else 1)
     if outcome.interrupted:
         raise KitInterrupted(run_dir)
     return run
-
