@@ -34,7 +34,6 @@ from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import devices, distributed
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.contract import load_prepare, sha256_file
-from trnfrontier.runtime.kernels import use_kernels
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
@@ -90,6 +89,20 @@ def _grad_accum_steps(recipe: dict[str, Any], world: int) -> int:
     return total // micro
 
 
+def choose_kernels(kernels_cfg: dict[str, str] | None, device: torch.device) -> dict[str, str]:
+    """``use_kernels`` for a recipe that turns a kernel on; plain PyTorch otherwise.
+
+    The kernel dispatch package is imported only when a kernel is wanted, so a run (and a
+    single-file train.py, which inlines only what it imports) without kernels never needs it.
+    """
+    cfg = dict(kernels_cfg or {})
+    if all(choice == "off" for choice in cfg.values()):
+        return {name: "reference" for name in cfg}
+    from trnfrontier.runtime.kernels import use_kernels
+
+    return use_kernels(cfg, device)
+
+
 class Trainer:
     def __init__(
         self,
@@ -119,7 +132,7 @@ class Trainer:
             )
         # Kernels are chosen before the model is built, so every op the model calls is the
         # recipe's choice; KernelUnavailableError (a kernel set to "on" that cannot run) stops here.
-        self.kernels = use_kernels(r.get("kernels"), self.device)
+        self.kernels = choose_kernels(r.get("kernels"), self.device)
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
         self.model = GPT(GPTConfig.from_recipe(r["model"])).to(self.device)
         self.optimizers = build_optimizers(self.model, r["optim"])
