@@ -81,7 +81,10 @@ def test_the_runtime_flattens_without_collisions() -> None:
     import trnfrontier.runtime as runtime
 
     merged = flatten(
-        Path(runtime.__file__).parent, "trnfrontier.runtime", ["trainer", "checkpoint"]
+        Path(runtime.__file__).parent,
+        "trnfrontier.runtime",
+        ["trainer", "checkpoint"],
+        omit={"kernels": "no kernels in this file"},
     )
     tree = ast.parse(merged.source)
     assert merged.modules[-1] == "trainer.py" and merged.modules.index(
@@ -101,3 +104,25 @@ def test_the_runtime_flattens_without_collisions() -> None:
     ]
     defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert "load_for_eval" in defined and "train" in defined and len(defined) == len(set(defined))
+
+
+def test_omitted_modules_may_only_be_imported_lazily(tmp_path: Path) -> None:
+    pkg = _package(
+        tmp_path,
+        {
+            "extra.py": "def helper():\n    return 1\n",
+            "main.py": "def run(flag):\n    if flag:\n        from pkg.extra import helper\n        return helper()\n    return 0\n",
+        },
+    )
+    merged = flatten(pkg, "pkg", ["main"], omit={"extra": "extra is not shipped"})
+    assert (
+        merged.modules == ("main.py",)
+        and "raise ImportError('extra is not shipped')" in merged.source
+    )
+    namespace = _run(merged.source)
+    assert namespace["run"](False) == 0
+    with pytest.raises(ImportError, match="extra is not shipped"):
+        namespace["run"](True)
+    (pkg / "eager.py").write_text("from pkg.extra import helper\n")
+    with pytest.raises(FlattenError, match="lazily"):
+        flatten(pkg, "pkg", ["eager"], omit={"extra": "x"})

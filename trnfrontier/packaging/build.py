@@ -334,7 +334,7 @@ def package_run(
     kernels = uses_kernels(recipe)
     members.update(kernel_members(kernels))
     if not single_file:
-        members.update(runtime_members(recipe))
+        members.update(runtime_members())
     over = size_problems(members)
     if over:
         hint = (

@@ -17,6 +17,9 @@ modules, with a hoisted import, or with the names the caller reserves) is a
 FlattenError naming both definitions, never a silent shadowing. So is anything that
 cannot be rewritten faithfully: assigning a module attribute (``muon.x = ...``),
 passing a module around as a value, or a relative import that leaves the package.
+A module the caller knows its code never imports (``omit``, e.g. the NKI kernel dispatch
+of a recipe without kernels) may be left out where it is imported lazily; that import
+then raises ImportError saying why.
 
 Edits are made on the UTF-8 bytes at the AST's positions, so comments and layout of the
 untouched code survive.
@@ -71,10 +74,11 @@ def _canonical(name: str) -> str:
 
 
 class _Flattener:
-    def __init__(self, package_dir: Path, package: str) -> None:
+    def __init__(self, package_dir: Path, package: str, omit: dict[str, str] | None = None) -> None:
         self.dir = Path(package_dir)
         self.package = package
         self.modules: dict[str, _Module] = {}
+        self.omit = dict(omit or {})  # module (or subpackage) left out -> why
 
     # ------------------------------------------------------------------ finding modules
 
@@ -149,6 +153,24 @@ class _Flattener:
         end = starts[node.end_lineno] if node.end_lineno < len(starts) else len(module.source)  # type: ignore[operator]
         module.edits.append((start, end, text.encode("utf-8")))
 
+    def _omitted(self, module: _Module, node: ast.Import | ast.ImportFrom) -> str | None:
+        """Why an import reaches a module left out (None when it reaches none)."""
+        if isinstance(node, ast.ImportFrom):
+            target = self._target(module, node)
+            targets = (
+                []
+                if target is None
+                else [target] + [f"{target}.{a.name}".lstrip(".") for a in node.names]
+            )
+        else:
+            prefix = self.package + "."
+            targets = [a.name[len(prefix) :] for a in node.names if a.name.startswith(prefix)]
+        for name in targets:
+            for omitted, why in self.omit.items():
+                if name == omitted or name.startswith(omitted + "."):
+                    return why
+        return None
+
     def _intra_import(self, module: _Module, node: ast.stmt) -> list[tuple[str, str]] | None:
         """For an import inside the package: [(local name, name in the merged namespace)]
         for plain names (module aliases are recorded); None for an outside import."""
@@ -213,6 +235,11 @@ class _Flattener:
                 self._remove_lines(module, node)
                 continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if self._omitted(module, node) is not None:
+                    raise FlattenError(
+                        f"{self._where(module, node)}: imports a module left out of the single file at module level; "
+                        "it can only be left out where it is imported lazily (inside a function)"
+                    )
                 pairs = self._intra_import(module, node)
                 if pairs is None:
                     self._hoist(module, node)
@@ -239,6 +266,10 @@ class _Flattener:
             if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
                 isinstance(node, ast.ImportFrom) and node.module == "__future__"
             ):
+                why = self._omitted(module, node)
+                if why is not None:  # never reached by the code paths the single file serves
+                    self._replace(module, node, f"raise ImportError({why!r})")
+                    continue
                 pairs = self._intra_import(module, node)
                 if pairs is not None:
                     self._replace(
@@ -387,14 +418,20 @@ def module_closure(package_dir: Path, package: str, roots: list[str]) -> list[Pa
 
 
 def flatten(
-    package_dir: Path, package: str, roots: list[str], reserved: dict[str, str] | None = None
+    package_dir: Path,
+    package: str,
+    roots: list[str],
+    reserved: dict[str, str] | None = None,
+    omit: dict[str, str] | None = None,
 ) -> Flattened:
     """Merge ``roots`` and the package modules they import into one module's source.
 
     ``reserved`` maps names the caller will define after the merged code to a description
-    (for the collision message).
+    (for the collision message). ``omit`` maps modules (or subpackages) to leave out to
+    why: they may only be imported inside functions, and each such import becomes
+    ``raise ImportError(why)`` (a path the caller knows its code never takes).
     """
-    flattener = _Flattener(package_dir, package)
+    flattener = _Flattener(package_dir, package, omit)
     for root in roots:
         flattener.load(root)
     order = _order(flattener.modules, roots)

@@ -38,7 +38,7 @@ DEVICE_ENV = "TRNF_DEVICE"
 OUT_DIR = "out"
 # Modules train.py itself calls; everything they import comes along.
 _ROOTS = ["trainer", "checkpoint"]
-_KERNEL_ROOTS = ["kernels", "devices"]
+_NO_KERNELS = "this single-file train.py carries no NKI kernel dispatch (`trnf package` without --single-file ships it)"
 
 # The names the generated code defines after the runtime (checked against it when inlining).
 _RESERVED = {
@@ -100,7 +100,7 @@ def publish_final(run_dir: Path, out_dir: Path) -> None:
 
 def main() -> int:
     recipe = effective_recipe(RECIPE)
-{kernels}    # A launcher that reads the step-boundary log elsewhere says where (kit runs, dry runs).
+    # A launcher that reads the step-boundary log elsewhere says where (kit runs, dry runs).
     summary = train(recipe, RUN_DIR, step_log=os.environ.get("TRNF_STEP_LOG") or None)
     if summary.get("status") != "completed":
         return 3 if summary.get("status") == "diverged" else 1
@@ -121,26 +121,19 @@ def load_for_eval(checkpoint_path: str, device) -> torch.nn.Module:
 
 '''
 
-_KERNELS = """    if any(choice != "off" for choice in recipe["kernels"].values()):
-        # The recipe's NKI kernels (files in kernels/ beside this one); "auto" falls back
-        # to the PyTorch references where no NeuronCore is present.
-        use_kernels(recipe["kernels"], resolve_device(recipe["runtime"]["device"], int(os.environ.get("LOCAL_RANK", "0"))))
-"""
-
 
 def uses_kernels(recipe: dict[str, Any]) -> list[str]:
     """The kernels the recipe's ``kernels:`` section turns on (``auto`` or ``on``)."""
     return sorted(name for name, choice in (recipe.get("kernels") or {}).items() if choice != "off")
 
 
-def _body(recipe: dict[str, Any], *, load_for_eval: str, kernels: bool) -> str:
+def _body(recipe: dict[str, Any], *, load_for_eval: str) -> str:
     return _BODY.format(
         recipe=pprint.pformat(recipe, indent=1, width=100, sort_dicts=True),
         out_dir=OUT_DIR,
         steps_env=DRY_RUN_STEPS_ENV,
         device_env=DEVICE_ENV,
         load_for_eval=load_for_eval,
-        kernels=_KERNELS if kernels else "",
     )
 
 
@@ -167,7 +160,6 @@ def render_train_py(
     recipe: dict[str, Any], mode: Mode, purpose: str = "a trnfrontier submission"
 ) -> str:
     """The train.py source for ``recipe`` in the given shape (deterministic: same input, same text)."""
-    kernels = bool(uses_kernels(recipe))
     head = _docstring(recipe, mode, purpose)
     if mode == "package":
         imports = (
@@ -176,27 +168,25 @@ def render_train_py(
             "from trnfrontier.runtime.checkpoint import load_for_eval as _load_checkpoint\n"
             "from trnfrontier.runtime.trainer import train\n"
         )
-        if kernels:
-            imports += "from trnfrontier.runtime.devices import resolve_device\nfrom trnfrontier.runtime.kernels import use_kernels\n"
-        return head + "\n" + imports + _body(recipe, load_for_eval=_LOAD_FOR_EVAL, kernels=kernels)
-    if kernels:
+        return head + "\n" + imports + _body(recipe, load_for_eval=_LOAD_FOR_EVAL)
+    if uses_kernels(recipe):
         raise TrnfError(
             f"--single-file cannot inline NKI kernels (the recipe turns on {', '.join(uses_kernels(recipe))}); "
             "package without --single-file, or set those kernels to off"
         )
-    merged = flatten(RUNTIME_DIR, RUNTIME_PACKAGE, _ROOTS, _RESERVED)
+    # The trainer imports the kernel dispatch only when a kernel is on, which this file refuses.
+    merged = flatten(RUNTIME_DIR, RUNTIME_PACKAGE, _ROOTS, _RESERVED, omit={"kernels": _NO_KERNELS})
     glue = (
         f"\n\n# {'-' * 20} train.py {'-' * 20}\n\nimport copy\nimport os\nimport shutil\nimport sys\nfrom pathlib import Path\n"
         "# load_for_eval(checkpoint_path, device) is the runtime's, defined above (checkpoint.py).\n"
     )
-    return head + merged.source + glue + _body(recipe, load_for_eval="\n", kernels=False)
+    return head + merged.source + glue + _body(recipe, load_for_eval="\n")
 
 
-def runtime_members(recipe: dict[str, Any]) -> dict[str, Path | bytes]:
+def runtime_members() -> dict[str, Path | bytes]:
     """What a ``package``-shape train.py imports: archive member name -> source file (or bytes)."""
-    roots = _ROOTS + (_KERNEL_ROOTS if uses_kernels(recipe) else [])
     members: dict[str, Path | bytes] = {}
-    for path in module_closure(RUNTIME_DIR, RUNTIME_PACKAGE, roots):
+    for path in module_closure(RUNTIME_DIR, RUNTIME_PACKAGE, _ROOTS):
         members[f"trnfrontier/runtime/{path.relative_to(RUNTIME_DIR).as_posix()}"] = path
     members["trnfrontier/runtime/__init__.py"] = RUNTIME_DIR / "__init__.py"
     # Not the tool's __init__: only what a submission needs (the version the trainer records).
