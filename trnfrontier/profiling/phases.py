@@ -77,6 +77,7 @@ def summarize(split_steps: list[dict[str, float]], dispatch_steps: list[dict[str
         },
         "phase_sum_seconds": total,
         "step_seconds": statistics.median(plain_step_seconds),
+        "step_seconds_mean": statistics.fmean(plain_step_seconds),
         # Median over adjacent (instrumented, plain) pairs; > 1: synchronising at every
         # boundary cost overlap the plain step had.
         "phase_sum_over_step": statistics.median(ratios) if ratios else None,

@@ -44,7 +44,7 @@ def render_profile(result: dict[str, Any], console: Console) -> None:
     phases.add_row("[bold]sum[/bold]", _ms(result["phase_sum_seconds"]), "", "")
     lo, hi = result["step_seconds_spread"]
     phases.add_row(
-        "[bold]step (plain, median)[/bold]", _ms(result["step_seconds"]), "", f"range {_ms(lo)}-{_ms(hi)}"
+        "[bold]step (plain, mean)[/bold]", _ms(result["step_seconds_mean"]), "", f"median {_ms(result['step_seconds'])}, range {_ms(lo)}-{_ms(hi)}"
     )
     console.print(phases)
     console.print(f"phases / plain step, median over adjacent pairs: {result['phase_sum_over_step']:.3f}")
