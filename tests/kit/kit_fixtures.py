@@ -12,6 +12,8 @@ steps, ``out/final.pt`` in the kit layout, and ``load_for_eval``. ``mode`` spoil
   then the last rank sleeps forever and the others wait for it in a barrier.
 - ``nan``: the loss becomes NaN from step 3.
 - ``nolog``: never calls record_step_boundary.
+- ``overbudget``: after its steps, rank 0 appends one more boundary 3,000 s in the future
+  to the step log, as if the run had taken that long.
 
 ``run_cli(args, capsys)`` runs `trnf` in this process and returns (code, stdout, stderr);
 ``pid_alive(pid)`` reads /proc.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-MODES = ("good", "crash", "hang", "nan", "nolog")
+MODES = ("good", "crash", "hang", "nan", "nolog", "overbudget")
 
 TEMPLATE = '''\
 """A kit-style train.py (the organisers' layout), written by trnf's tests."""
@@ -93,6 +95,10 @@ def load_for_eval(checkpoint_path, device):
         if MODE != "nolog":
             record_step_boundary(step)
         print(f"step {{step}} | loss {{loss.item():.4f}} | lr 0.003 | rank {{rank}}", flush=True)
+    if MODE == "overbudget" and rank == 0:
+        import json, time
+        with open(os.environ["TRNF_STEP_LOG"], "a") as handle:
+            handle.write(json.dumps({{"step": steps + 1, "time": time.time() + 3000}}) + "\\n")
     if rank == 0:
         os.makedirs("out", exist_ok=True)
         torch.save({{"model_state": model.state_dict(), "model_config": CONFIG, "meta": {{"steps": steps}}}}, "out/final.pt")

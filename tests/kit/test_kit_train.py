@@ -155,8 +155,12 @@ def test_hang_is_killed_at_the_timeout_with_no_process_left(sample_home: Path, t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "code", "message"), [("nan", 3, "diverged: loss is NaN/inf at step 3"), ("nolog", 1, "never called prepare.record_step_boundary")])
-def test_nan_and_missing_step_log_fail_the_run(mode: str, code: int, message: str, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("mode", "code", "message"), [
+    ("nan", 3, "diverged: loss is NaN/inf at step 3"),
+    ("nolog", 1, "never called prepare.record_step_boundary"),
+    ("overbudget", 1, "over budget: charged"),
+])
+def test_nan_missing_step_log_and_over_budget_fail_the_run(mode: str, code: int, message: str, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train_py = write_train_py(tmp_path / "team", mode)
     run_dir = tmp_path / "run"
     got, _, err = run_cli(["train", "--train-py", str(train_py), "--out", str(run_dir), *RUN_TIMEOUT, "--", "--steps", "4"], capsys)
@@ -172,6 +176,8 @@ def test_nan_and_missing_step_log_fail_the_run(mode: str, code: int, message: st
     assert "not part of a valid submission launch" in err
     if mode == "nolog":
         assert summary["charged_seconds"] is None and "charged_seconds" in summary["missing_fields"]
+    if mode == "overbudget":
+        assert summary["over_budget"] is True and summary["charged_seconds"] > 1800 and summary["headroom_seconds"] < 0
 
 
 @pytest.mark.slow

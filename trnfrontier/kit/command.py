@@ -42,7 +42,7 @@ def _run_table(summary: dict[str, Any]) -> Table:
         ("steps", str(summary["steps"])),
         ("final loss", _fmt(summary["final_loss"], ".4f")),
         ("charged / budget", f"{_fmt(summary['charged_seconds'], '.1f')} / {_fmt(summary['budget_seconds'], 'g')} s"),
-        ("startup excluded", f"{_fmt(summary['startup_seconds'], '.1f')} s"),
+        ("startup (excluded up to the cap)", f"{_fmt(summary['startup_seconds'], '.1f')} s"),
         ("headroom", f"{_fmt(summary['headroom_seconds'], '.1f')} s"),
         ("over budget", str(summary["over_budget"])),
         ("tokens/s", _fmt(summary["tokens_per_second"], ",.0f")),
