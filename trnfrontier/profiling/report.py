@@ -47,7 +47,7 @@ def render_profile(result: dict[str, Any], console: Console) -> None:
         "[bold]step (plain, mean)[/bold]", _ms(result["step_seconds_mean"]), "", f"median {_ms(result['step_seconds'])}, range {_ms(lo)}-{_ms(hi)}"
     )
     console.print(phases)
-    console.print(f"phases / plain step, median over adjacent pairs: {result['phase_sum_over_step']:.3f}")
+    console.print(f"phase-split step / plain step (fastest of each): {result['phase_sum_over_step']:.3f}")
     console.print(f"communication: {result['communication_note']}")
 
     numbers = Table(show_header=False, title="throughput")

@@ -333,9 +333,14 @@ def profile(setup: Setup, steps: int, warmup: int, top: int = 12, trace: Path | 
         split.append(timer.end_step())
         dispatch.append(dict(timer.dispatch))
 
-    for _ in range(steps):
-        plain.append(guarded(setup, lambda: timed_plain_step(setup)))
-        guarded(setup, split_step)
+    for i in range(steps):
+        # Alternate which comes first, so neither kind always follows the other.
+        if i % 2 == 0:
+            plain.append(guarded(setup, lambda: timed_plain_step(setup)))
+            guarded(setup, split_step)
+        else:
+            guarded(setup, split_step)
+            plain.append(guarded(setup, lambda: timed_plain_step(setup)))
     memory = peak_memory(spec.device)
     ops = top_operators(setup, profiler_steps, top, trace)
 
