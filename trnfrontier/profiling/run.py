@@ -8,6 +8,7 @@ what trains.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import statistics
@@ -177,7 +178,7 @@ def _schedule(setup: Setup) -> None:
 def train_step(setup: Setup, timer: phases.PhaseTimer | None = None) -> None:
     """One optimizer step (``accum`` micro-batches) as the trainer takes it, phase-timed
     when ``timer`` is given."""
-    phase = timer.phase if timer is not None else _untimed
+    phase = timer.phase if timer is not None else (lambda name: contextlib.nullcontext())
     spec = setup.spec
     loss_sum = torch.zeros((), device=spec.device)
     for _ in range(setup.accum):
@@ -202,21 +203,6 @@ def train_step(setup: Setup, timer: phases.PhaseTimer | None = None) -> None:
     for opt in setup.optimizers:
         opt.zero_grad(set_to_none=True)
     setup.step += 1
-
-
-class _NullPhase:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NULL = _NullPhase()
-
-
-def _untimed(name: str) -> _NullPhase:
-    return _NULL
 
 
 def guarded(setup: Setup, action: Callable[[], Any]) -> Any:
