@@ -160,9 +160,8 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
         # As the trainer does; compilation happens in the warm-up steps, which are not timed.
         loss_fn = torch.compile(model.loss, backend="neuron" if spec.type == "neuron" else "inductor")
         notes.append("runtime.compile: the loss is torch.compile'd; compilation falls in the warm-up steps")
-    accum = recipe.data.total_batch_tokens // (recipe.data.batch_size * recipe.model.sequence_len * recipe.runtime.nproc) if recipe.data.total_batch_tokens else 1
     return Setup(
-        recipe, spec, model, optimizers, batches, source, max(1, accum), recipe.data.batch_size, recipe.model.sequence_len, loss_fn, notes=notes
+        recipe, spec, model, optimizers, batches, source, recipe.grad_accum_steps(), recipe.data.batch_size, recipe.model.sequence_len, loss_fn, notes=notes
     )
 
 
