@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from trnfrontier import processes
 from trnfrontier.console import err
 from trnfrontier.contract import load_contract, selected_prepare_path
 from trnfrontier.errors import TrnfError, UsageError
@@ -304,21 +304,11 @@ def live_view(
 
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
-    """End the child's whole process group (torchrun and its workers): TERM, then KILL."""
+    """End the child and everything it started (torchrun runs each worker in its own
+    session, so its process group alone does not reach them): TERM, then KILL."""
     if proc.poll() is not None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=TERMINATE_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    processes.stop_tree(proc, grace=TERMINATE_GRACE_SECONDS)
 
 
 def run_plan(

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from kit_fixtures import pid_alive
 
-from trnfrontier.kit import launch, processes
+from trnfrontier import processes
+from trnfrontier.kit import launch
 
 LAUNCHER = """\
 import os, subprocess, sys, time

@@ -14,7 +14,6 @@ found through ``processes`` (torchrun puts each worker in a session of its own).
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.kit import processes
+from trnfrontier import processes
 
 TERM_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.5
@@ -81,25 +80,10 @@ def _stop(proc: subprocess.Popen[bytes], seen: set[processes.Proc]) -> None:
     guarded = threading.current_thread() is threading.main_thread()
     saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM)] if guarded else []
     try:
-        _terminate_then_kill(proc, seen)
+        processes.stop_tree(proc, seen, grace=TERM_GRACE_SECONDS)
     finally:
         for sig, handler in saved:
             signal.signal(sig, handler)
-
-
-def _terminate_then_kill(proc: subprocess.Popen[bytes], seen: set[processes.Proc]) -> None:
-    seen |= processes.descendants(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=TERM_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        pass
-    me = processes.identify(proc.pid)
-    processes.kill(seen | ({me} if me else set()))
-    proc.wait()
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

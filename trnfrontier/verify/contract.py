@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trnfrontier import processes
 
 PROBE = Path(__file__).with_name("probe.py")
 
@@ -35,11 +36,8 @@ def run_in_group(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeo
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # stragglers too (torchrun workers, forks)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
+            # The whole tree, torchrun's workers (in sessions of their own) included.
+            processes.stop_tree(proc, grace=0.5)
         log.seek(0, os.SEEK_END)
         log.seek(max(0, log.tell() - 4000))
         tail = log.read().decode("utf-8", "replace")

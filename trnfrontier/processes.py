@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,3 +89,21 @@ def kill(procs: set[Proc], sig: int = signal.SIGKILL, wait: float = 10.0) -> Non
     deadline = time.monotonic() + wait
     while sig == signal.SIGKILL and any(is_alive(p) for p in procs) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def stop_tree(proc: subprocess.Popen[bytes], seen: set[Proc] | None = None, grace: float = 10.0) -> None:
+    """End a launched process and everything it started: SIGTERM its group (torchrun stops
+    its workers cleanly), wait up to ``grace`` seconds, then SIGKILL every process seen in
+    the tree (``seen`` plus a fresh scan), each with its own group, and reap ``proc``."""
+    tree = set(seen or ()) | descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    me = identify(proc.pid)
+    kill(tree | ({me} if me else set()))
+    proc.wait()
