@@ -99,8 +99,12 @@ def test_kernels_table_is_wired_to_the_kernel_benchmark(capsys: pytest.CaptureFi
         code, _, err = run_cli(["profile", "--kernels"], capsys)
         assert code == 1 and "not available yet" in err
         return
+    row = {"name": "relu2", "shape": [512, 2560], "dtype": "float32", "device": "cpu", "impl": "reference",
+           "kernel_ms": 2.0, "reference_ms": 3.0, "speedup": 1.5, "achieved_gbps": 4.0, "peak_fraction": None}
     fake = types.ModuleType("trnfrontier.runtime.kernels.bench")
-    fake.benchmark_kernels = lambda device: [{"kernel": "relu2", "speedup": 1.5}]
+    fake.benchmark_kernels = lambda device: [row]
     monkeypatch.setitem(sys.modules, "trnfrontier.runtime.kernels.bench", fake)
     code, out, _ = run_cli(["profile", "--kernels", "--device", "cpu", "--json"], capsys)
-    assert code == 0 and json.loads(out)["kernels"] == [{"kernel": "relu2", "speedup": 1.5}]
+    assert code == 0 and json.loads(out)["kernels"] == [row]
+    code, out, _ = run_cli(["profile", "--kernels", "--device", "cpu"], capsys)
+    assert code == 0 and "relu2" in out and "512x2560" in out and "x1.50" in out and "4.00 GB/s" in out

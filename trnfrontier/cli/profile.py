@@ -74,7 +74,7 @@ def command(
 
 
 def _kernels(device: str, json_output: bool) -> None:
-    """`--kernels`: the kernels engineer's benchmark table, rendered as it comes."""
+    """`--kernels`: trnfrontier.runtime.kernels.bench's rows as a table (or its JSON)."""
     try:
         from trnfrontier.runtime.kernels.bench import benchmark_kernels
     except ImportError:
@@ -91,10 +91,29 @@ def _kernels(device: str, json_output: bool) -> None:
     if json_output:
         print_json({"device": str(resolved), "kernels": rows})
         return
-    table = Table(title=f"kernels on {resolved}")
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    for column in columns:
-        table.add_column(column)
+    console = out()
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    table = Table(title=f"kernels on {resolved} (each against its PyTorch reference, same run)")
+    for column in ("kernel", "shape", "dtype", "impl", "kernel time", "reference time", "speedup", "achieved", "of peak"):
+        table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "impl") else "right")
     for row in rows:
-        table.add_row(*(str(row.get(column, "")) for column in columns))
-    out().print(table)
+        if row.get("achieved_tflops") is not None:
+            achieved = f"{row['achieved_tflops']:.3f} TFLOP/s"
+        elif row.get("achieved_gbps") is not None:
+            achieved = f"{row['achieved_gbps']:.2f} GB/s"
+        else:
+            achieved = "-"
+        fraction = row.get("peak_fraction")
+        table.add_row(
+            str(row.get("name")),
+            "x".join(str(d) for d in row.get("shape") or []),
+            str(row.get("dtype")),
+            str(row.get("impl")),
+            f"{row['kernel_ms']:.3f} ms",
+            f"{row['reference_ms']:.3f} ms",
+            f"x{row['speedup']:.2f}",
+            achieved,
+            f"{fraction:.1%}" if fraction is not None else "n/a",
+        )
+    console.print(table)
