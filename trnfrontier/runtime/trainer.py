@@ -524,7 +524,9 @@ def final_evaluation(
 ) -> dict[str, Any]:
     """The trusted evaluate_bpb of a saved checkpoint, as a scorer runs it: reloaded through
     load_for_eval (float32 weights, eval mode, one device), no autocast, one process.
-    ``trnf eval`` calls this same function, so the two numbers agree to the last digit."""
+    ``trnf eval`` loads through the same path and passes the same evaluate_bpb arguments
+    (the run's recorded tokens, context and batch), so the two numbers agree to the last
+    digit; tests/test_evaluation.py holds that equality."""
     model = ckpt.load_for_eval(str(checkpoint), device)
     return prepare.evaluate_bpb(
         model,
