@@ -526,7 +526,7 @@ def final_evaluation(
     load_for_eval (float32 weights, eval mode, one device), no autocast, one process.
     ``trnf eval`` loads through the same path and passes the same evaluate_bpb arguments
     (the run's recorded tokens, context and batch), so the two numbers agree to the last
-    digit; tests/test_evaluation.py holds that equality."""
+    digit; tests/cli/test_eval_cli.py holds that equality."""
     model = ckpt.load_for_eval(str(checkpoint), device)
     return prepare.evaluate_bpb(
         model,
