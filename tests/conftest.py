@@ -4,11 +4,13 @@
 ``sample_home``: the offline sample dataset, prepared once per test session.
 ``tiny_models``: models with known logits (zero, random, peeking).
 ``tinyshakespeare``: ../shared/data/tinyshakespeare.txt, skipped when absent.
+``restore_prepare_module``: a test that imports another prepare.py leaves ``prepare`` as it found it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +27,16 @@ def prepare_module() -> ModuleType:
     from trnfrontier.runtime.contract import load_prepare
 
     return load_prepare(REPO_ROOT / "prepare.py")
+
+
+@pytest.fixture()
+def restore_prepare_module() -> Iterator[None]:
+    saved = sys.modules.get("prepare")
+    yield
+    if saved is None:
+        sys.modules.pop("prepare", None)
+    else:
+        sys.modules["prepare"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -13,16 +13,6 @@ from trnfrontier.errors import TrnfError
 from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, sha256_file
 
 
-@pytest.fixture()
-def restore_prepare_module():
-    saved = sys.modules.get("prepare")
-    yield
-    if saved is None:
-        sys.modules.pop("prepare", None)
-    else:
-        sys.modules["prepare"] = saved
-
-
 def test_sha256_file_matches_hashlib(tmp_path: Path) -> None:
     data = bytes(range(256)) * 5000
     path = tmp_path / "blob"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,16 +34,6 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         main(args)
     captured = capsys.readouterr()
     return int(exited.value.code or 0), captured.out, captured.err
-
-
-@pytest.fixture()
-def restore_prepare_module():
-    saved = sys.modules.get("prepare")
-    yield
-    if saved is None:
-        sys.modules.pop("prepare", None)
-    else:
-        sys.modules["prepare"] = saved
 
 
 @pytest.fixture()
