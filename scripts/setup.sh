@@ -18,9 +18,18 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     if command -v nvidia-smi >/dev/null 2>&1; then
         "${PIP[@]}" install "torch>=2.9"
     else
-        # The +cpu wheel from PyTorch's CPU index where it is reachable; pip falls back to
-        # any other configured source of torch 2.13.0 (PyPI, a local wheel) otherwise.
-        "${PIP[@]}" install "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu \
+        # The +cpu wheel from PyTorch's CPU index where it is reachable (asked once, with a
+        # short timeout, so an unreachable index costs no pip retries); otherwise whatever
+        # source pip is configured with (PyPI, a local wheel).
+        cpu_index=https://download.pytorch.org/whl/cpu
+        index_args=()
+        if "$VENV/bin/python" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/', timeout=5)" \
+            "$cpu_index" 2>/dev/null; then
+            index_args=(--extra-index-url "$cpu_index")
+        else
+            echo "setup: PyTorch's CPU index is unreachable; installing torch 2.13.0 from the configured index" >&2
+        fi
+        "${PIP[@]}" install "torch==2.13.0" "${index_args[@]}" \
             || { echo "setup: torch did not install; see the README's install notes" >&2; exit 1; }
     fi
 fi
