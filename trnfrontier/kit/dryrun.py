@@ -24,12 +24,12 @@ from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
 from trnfrontier.runtime.trainer import STEP_LOG_FILE
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
-from trnfrontier.verify.contract import run_probe
 from trnfrontier.verify.dryrun import (
     DRY_RUN_STEPS_ENV,
-    _clean_environ,
-    _find_checkpoint,
     build_clean_env,
+    clean_environ,
+    find_checkpoint,
+    load_back,
 )
 
 STAGES = ("source", "environment", "start", "steps", "checkpoint", "load_for_eval")
@@ -126,7 +126,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
 
     home = work / "home"
     home.mkdir()
-    env = _clean_environ(home, nproc, lnc, steps, run_dir)
+    env = clean_environ(home, nproc, lnc, steps, run_dir)
     plan = launch.torchrun_plan(python=str(python), script=run_dir / script.name, nproc=nproc, lnc=lnc, args=args,
                                 cwd=run_dir, env=env, log_dir=work / "logs" / "torchrun", isolated=True)
     outcome = launch.run(plan, timeout=timeout, console_log=work / "logs" / "console.log")
@@ -162,16 +162,15 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
     report.add("steps", True, f"all {nproc} rank(s) exited 0; step log reached step {boundaries[-1][0]} "
                                f"({DRY_RUN_STEPS_ENV}={steps}); step lines printed: {_rank_steps(rank_logs)}")
 
-    checkpoint = _find_checkpoint(run_dir)
+    checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:
         report.add("checkpoint", False, "train.py exited 0 but wrote no checkpoint (out/final.pt or any *.pt)")
         return report.skip_rest()
     report.add("checkpoint", True, f"{checkpoint.relative_to(run_dir)} ({checkpoint.stat().st_size:,} bytes)")
 
-    probe = run_probe("load", root=run_dir, checkpoint=checkpoint, prepare=None, timeout=timeout, python=str(python), env=env)
-    if probe.data is None or not probe.data.get("passed"):
-        why = probe.error or probe.data.get("error") or probe.data.get("detail")  # type: ignore[union-attr]
-        report.add("load_for_eval", False, f"{checkpoint.relative_to(run_dir)} does not load back: {why}")
+    loaded, detail = load_back(run_dir, checkpoint, python=python, env=env, timeout=timeout)
+    if not loaded:
+        report.add("load_for_eval", False, f"{checkpoint.relative_to(run_dir)} does not load back: {detail}")
         return report.skip_rest()
-    report.add("load_for_eval", True, f"load_for_eval({checkpoint.relative_to(run_dir)}, 'cpu'): {probe.data.get('detail', 'loaded')}, finite logits")
+    report.add("load_for_eval", True, f"load_for_eval({checkpoint.relative_to(run_dir)}, 'cpu'): {detail}, finite logits")
     return report

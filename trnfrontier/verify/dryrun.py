@@ -38,6 +38,8 @@ from trnfrontier.verify.contract import run_in_group, run_probe
 ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
 OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
 DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
+# Where a kit-style train.py writes its checkpoint, relative to its directory.
+KIT_CHECKPOINT = Path("out") / "final.pt"
 
 
 @dataclass
@@ -112,7 +114,8 @@ def build_clean_env(dest: Path, prepare: Path | None) -> Path:
     return python
 
 
-def _clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -> dict[str, str]:
+def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -> dict[str, str]:
+    """The whole environment of a dry run (nothing inherited but where prepare.py finds the data)."""
     env = {
         "PATH": f"{home.parent / 'venv' / 'bin'}:/usr/bin:/bin",
         "HOME": str(home),
@@ -132,12 +135,22 @@ def _clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) 
     return env
 
 
-def _find_checkpoint(run_dir: Path) -> Path | None:
-    kit = run_dir / "out" / "final.pt"
+def find_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a dry run wrote: the kit's out/final.pt, else the newest ``*.pt`` anywhere under ``run_dir``."""
+    kit = run_dir / KIT_CHECKPOINT
     if kit.is_file():
         return kit
     found = sorted(run_dir.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float) -> tuple[bool, str]:
+    """Load ``checkpoint`` through run_dir/train.py's load_for_eval with the probe, in the clean
+    environment: (True, the probe's detail) or (False, why not)."""
+    probe = run_probe("load", root=run_dir, checkpoint=checkpoint, prepare=None, timeout=timeout, python=str(python), env=env)
+    if probe.data is None or not probe.data.get("passed"):
+        return False, str(probe.error or probe.data.get("error") or probe.data.get("detail"))  # type: ignore[union-attr]
+    return True, str(probe.data.get("detail", "loaded"))
 
 
 def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, prepare: Path | None, steps: int, timeout: float) -> DryRunResult:
@@ -154,7 +167,7 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
             target = run_dir.joinpath(*name.split("/"))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root.joinpath(*name.split("/")), target)
-    env = _clean_environ(home, nproc, lnc, steps, run_dir)
+    env = clean_environ(home, nproc, lnc, steps, run_dir)
     cmd = [str(python), "-I", "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
     code, tail = run_in_group(cmd, cwd=run_dir, env=env, timeout=timeout)
     if code is None:
@@ -162,12 +175,11 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
     if code != 0:
         last = [line for line in tail.strip().splitlines() if line.strip()]
         return DryRunResult(False, f"train.py exited {code} under torchrun x{nproc} (gloo, CPU): {(last[-1] if last else '')[:240]}")
-    checkpoint = _find_checkpoint(run_dir)
+    checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:
         return DryRunResult(False, "train.py exited 0 but wrote no checkpoint (*.pt)")
-    probe = run_probe("load", root=run_dir, checkpoint=checkpoint, prepare=None, timeout=timeout, python=str(python), env=env)
-    if probe.data is None or not probe.data.get("passed"):
-        why = probe.error or probe.data.get("error") or probe.data.get("detail")  # type: ignore[union-attr]
+    loaded, why = load_back(run_dir, checkpoint, python=python, env=env, timeout=timeout)
+    if not loaded:
         return DryRunResult(False, f"checkpoint {checkpoint.relative_to(run_dir)} does not load in the clean environment: {why}")
     step_log = run_dir / "step_boundaries.jsonl"
     # Header lines (one per process, {"header": true, ...}) are not step boundaries.
