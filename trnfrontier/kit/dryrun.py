@@ -22,14 +22,13 @@ from pathlib import Path
 from trnfrontier.contract import load_contract
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
-from trnfrontier.runtime.trainer import STEP_LOG_FILE
-from trnfrontier.verify.budget import BudgetLogError, read_boundaries
 from trnfrontier.verify.dryrun import (
     DRY_RUN_STEPS_ENV,
     build_clean_env,
     clean_environ,
     find_checkpoint,
     load_back,
+    logged_boundaries,
 )
 
 STAGES = ("source", "environment", "start", "steps", "checkpoint", "load_for_eval")
@@ -131,10 +130,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
                                 cwd=run_dir, env=env, log_dir=work / "logs" / "torchrun", isolated=True)
     outcome = launch.run(plan, timeout=timeout, console_log=work / "logs" / "console.log")
     rank_logs = logs.collect_rank_logs(plan.log_dir, work / "logs")
-    try:
-        _, boundaries = read_boundaries(run_dir / STEP_LOG_FILE)
-    except (OSError, BudgetLogError):
-        boundaries = []
+    boundaries = logged_boundaries(run_dir)
 
     missing = [r for r in range(nproc) if r not in rank_logs]
     why = ""

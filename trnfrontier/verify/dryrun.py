@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trnfrontier.verify.budget import BudgetLogError, read_boundaries
 from trnfrontier.verify.contract import run_in_group, run_probe
 
 ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
@@ -40,6 +41,8 @@ OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
 DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
 # Where a kit-style train.py writes its checkpoint, relative to its directory.
 KIT_CHECKPOINT = Path("out") / "final.pt"
+# Where TRNF_STEP_LOG points prepare.record_step_boundary, relative to the run directory.
+STEP_LOG = "step_boundaries.jsonl"
 
 
 @dataclass
@@ -126,7 +129,7 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
         DRY_RUN_STEPS_ENV: str(steps),
         "TRNF_DEVICE": "cpu",
         "TRNF_DIST_BACKEND": "gloo",
-        "TRNF_STEP_LOG": str(run_dir / "step_boundaries.jsonl"),
+        "TRNF_STEP_LOG": str(run_dir / STEP_LOG),
     }
     # The data a train.py reads comes through prepare.py, which finds it here.
     for name in ("TRNF_HOME", "TRNF_DATASET"):
@@ -142,6 +145,14 @@ def find_checkpoint(run_dir: Path) -> Path | None:
         return kit
     found = sorted(run_dir.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
+
+
+def logged_boundaries(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, time) of each boundary the dry run's last process recorded; none when the log is absent or unreadable."""
+    try:
+        return read_boundaries(run_dir / STEP_LOG)[1]
+    except (OSError, BudgetLogError):
+        return []
 
 
 def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float) -> tuple[bool, str]:
@@ -181,15 +192,9 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
     loaded, why = load_back(run_dir, checkpoint, python=python, env=env, timeout=timeout)
     if not loaded:
         return DryRunResult(False, f"checkpoint {checkpoint.relative_to(run_dir)} does not load in the clean environment: {why}")
-    step_log = run_dir / "step_boundaries.jsonl"
-    # Header lines (one per process, {"header": true, ...}) are not step boundaries.
-    logged = (
-        sum(1 for line in step_log.read_text().splitlines() if line.strip() and '"header"' not in line)
-        if step_log.is_file()
-        else 0
-    )
+    boundaries = logged_boundaries(run_dir)
     return DryRunResult(
         True,
-        f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: exited 0, {logged} step boundaries, "
+        f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: exited 0, {len(boundaries)} step boundaries, "
         f"{checkpoint.relative_to(run_dir)} loads via load_for_eval without trnf",
     )
