@@ -13,7 +13,14 @@ from trnfrontier import submission as fmt
 from trnfrontier.runtime.contract import sha256_file
 from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.budget import documented_accounting
-from trnfrontier.verify.launch import LaunchError, parse_launch
+from trnfrontier.verify.launch import (
+    LNC_CHOICES,
+    NPROC_CHOICES,
+    Launch,
+    LaunchError,
+    launch_line,
+    parse_launch,
+)
 from trnfrontier.verify.pins import load_pins
 from trnfrontier.verify.screen import screen_source
 
@@ -63,6 +70,18 @@ def test_launch_valid_shapes(lnc: int, nproc: int) -> None:
     line = f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} train.py\n"
     assert parse_launch(line) == parse_launch(line.strip())
     assert (parse_launch(line).lnc, parse_launch(line).nproc) == (lnc, nproc)
+
+
+def test_launch_line_is_the_grammar() -> None:
+    """launch_line (what package, init and kit runs write) for exactly the choices parse_launch accepts."""
+    assert launch_line(4, 2) == "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py"
+    for lnc in range(0, 4):
+        for nproc in range(0, 10):
+            if lnc in LNC_CHOICES and nproc in NPROC_CHOICES:
+                assert parse_launch(launch_line(nproc, lnc)) == Launch(lnc=lnc, nproc=nproc)
+            else:
+                with pytest.raises(LaunchError):
+                    parse_launch(launch_line(nproc, lnc))
 
 
 @pytest.mark.parametrize("line", [

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier import processes
+from trnfrontier.verify.launch import launch_line
 
 TERM_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.5
@@ -32,7 +33,7 @@ _POLL_SECONDS = 0.5
 
 def organisers_command(nproc: int, lnc: int, script: str = "train.py", args: tuple[str, ...] = ()) -> str:
     """The launch line as the organisers write it (what launch.txt holds)."""
-    line = f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} {script}"
+    line = launch_line(nproc, lnc, script)
     return f"{line} {shlex.join(args)}" if args else line
 
 

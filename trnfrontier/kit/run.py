@@ -45,11 +45,11 @@ from trnfrontier.runtime.trainer import (
     SUMMARY_FILE,
     versions,
 )
+from trnfrontier.verify.dryrun import KIT_CHECKPOINT
+from trnfrontier.verify.launch import LNC_CHOICES, NPROC_CHOICES
 
-ORGANISER_NPROC = (1, 4, 8)
 # Where a kit script's checkpoint is looked for, relative to its directory: the kit's
-# out/final.pt first, else the newest *.pt written during the run this deep.
-KIT_CHECKPOINT = Path("out") / "final.pt"
+# out/final.pt (KIT_CHECKPOINT) first, else the newest *.pt written during the run this deep.
 _CHECKPOINT_SEARCH_DEPTH = 3
 
 
@@ -86,9 +86,9 @@ def validate_shape(nproc: int, lnc: int) -> list[str]:
     """Usage errors for impossible shapes; notes for shapes the organisers do not accept."""
     if nproc < 1:
         raise UsageError(f"--nproc {nproc}: needs at least one process")
-    if lnc not in (1, 2):
+    if lnc not in LNC_CHOICES:
         raise UsageError(f"--lnc {lnc}: NEURON_LOGICAL_NC_CONFIG is 1 or 2")
-    if nproc not in ORGANISER_NPROC:
+    if nproc not in NPROC_CHOICES:
         return [f"--nproc {nproc} is not a valid submission launch (nproc_per_node is 1, 4 or 8); fine for a local run"]
     return []
 

@@ -34,11 +34,10 @@ from trnfrontier.packaging.writeup import (
     render_writeup,
 )
 from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.verify.launch import LaunchError, parse_launch
+from trnfrontier.verify.launch import NPROC_CHOICES, LaunchError, launch_line, parse_launch
 from trnfrontier.verify.pins import load_pins
 from trnfrontier.verify.screen import local_modules, screen_source
 
-VALID_NPROC = (1, 4, 8)
 BASELINE_RECIPE = "baseline_d10"
 
 
@@ -66,11 +65,11 @@ class PackageResult:
 def launch_for(runtime: dict[str, Any]) -> str:
     """The organisers' launch line for a recipe's runtime section (nproc must be 1, 4 or 8)."""
     nproc, lnc = int(runtime.get("nproc", 1)), int(runtime.get("lnc", 2))
-    if nproc not in VALID_NPROC:
+    if nproc not in NPROC_CHOICES:
         raise TrnfError(
             f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node 1, 4 or 8; retrain with one of those"
         )
-    return f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} train.py"
+    return launch_line(nproc, lnc)
 
 
 def check_launch(line: str) -> str:

@@ -19,6 +19,14 @@ from dataclasses import dataclass
 _SHELL_SPECIAL = set("$`\\\"'#*?[]{}~!")
 _ENV = re.compile(r"^NEURON_LOGICAL_NC_CONFIG=([12])$")
 _NPROC = re.compile(r"^--nproc_per_node=([148])$")
+# The values the two patterns above accept (what trnf train / package / init check against).
+LNC_CHOICES = (1, 2)
+NPROC_CHOICES = (1, 4, 8)
+
+
+def launch_line(nproc: int, lnc: int, script: str = "train.py") -> str:
+    """The launch command as the organisers write it (``script`` other than train.py only for local runs)."""
+    return f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} {script}"
 
 
 @dataclass(frozen=True)
