@@ -30,7 +30,8 @@ from trnfrontier.contract import load_contract, selected_prepare_path
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
-from trnfrontier.runtime.checkpoint import atomic_write_json, latest_checkpoint
+from trnfrontier.runtime.atomic import atomic_write_json
+from trnfrontier.runtime.checkpoint import latest_checkpoint
 from trnfrontier.runtime.contract import PREPARE_ENV
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
 from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE

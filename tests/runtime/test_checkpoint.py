@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from trnfrontier.runtime import atomic
 from trnfrontier.runtime import checkpoint as ck
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import build_optimizers
+from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
 
 torch.set_num_threads(1)
 
@@ -74,8 +76,8 @@ def test_safetensors_round_trip_and_package_compatibility(tmp_path: Path) -> Non
         "u": torch.tensor([1, 2, 255], dtype=torch.uint8),
     }
     path = tmp_path / "x.safetensors"
-    ck.atomic_write(path, lambda h: ck.write_safetensors(h, tensors, {"k": "v"}))
-    loaded, meta = ck.read_safetensors(path)
+    atomic.atomic_write(path, lambda h: write_safetensors(h, tensors, {"k": "v"}))
+    loaded, meta = read_safetensors(path)
     assert meta == {"k": "v"}
     for name, t in tensors.items():
         assert loaded[name].dtype == t.dtype and torch.equal(loaded[name], t)
@@ -84,7 +86,7 @@ def test_safetensors_round_trip_and_package_compatibility(tmp_path: Path) -> Non
     assert all(torch.equal(theirs[n], tensors[n]) for n in tensors)
     other = tmp_path / "y.safetensors"
     st.save_file({"w": torch.randn(2, 2).to(torch.bfloat16)}, str(other), metadata={"m": "1"})
-    mine, meta2 = ck.read_safetensors(other)
+    mine, meta2 = read_safetensors(other)
     assert meta2 == {"m": "1"} and mine["w"].dtype == torch.bfloat16
 
 
@@ -92,7 +94,7 @@ def test_safetensors_rejects_garbage(tmp_path: Path) -> None:
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\xff" * 64)
     with pytest.raises(ValueError, match="not a safetensors file"):
-        ck.read_safetensors(bad)
+        read_safetensors(bad)
 
 
 # ---------------------------------------------------------------------------- atomic writes
@@ -100,14 +102,14 @@ def test_safetensors_rejects_garbage(tmp_path: Path) -> None:
 
 def test_atomic_write_failure_leaves_the_old_file(tmp_path: Path) -> None:
     path = tmp_path / "f.json"
-    ck.atomic_write_json(path, {"v": 1})
+    atomic.atomic_write_json(path, {"v": 1})
 
     def boom(handle):
         handle.write(b"{partial")
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError):
-        ck.atomic_write(path, boom)
+        atomic.atomic_write(path, boom)
     assert json.loads(path.read_text()) == {"v": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
 
@@ -119,7 +121,7 @@ def test_checkpoint_failing_mid_write_never_replaces_the_last_good_one(
     good = save_step(tmp_path, 1, model, opts)
     before = (good / ck.MODEL_FILE).read_bytes()
 
-    real = ck._write_file
+    real = atomic._write_file
     calls = {"n": 0}
 
     def dying(path, write):
@@ -128,7 +130,7 @@ def test_checkpoint_failing_mid_write_never_replaces_the_last_good_one(
             raise KeyboardInterrupt("killed mid-write")
         real(path, write)
 
-    monkeypatch.setattr(ck, "_write_file", dying)
+    monkeypatch.setattr(atomic, "_write_file", dying)
     with pytest.raises(KeyboardInterrupt):
         save_step(tmp_path, 2, model, opts)
     assert ck.latest_checkpoint(tmp_path) == good
@@ -139,7 +141,7 @@ def test_checkpoint_failing_mid_write_never_replaces_the_last_good_one(
 def test_overwriting_the_same_step_failing_keeps_the_old_one(tmp_path: Path, monkeypatch) -> None:
     model, opts = trained()
     good = save_step(tmp_path, 3, model, opts, data_state={"pos": "old"})
-    monkeypatch.setattr(ck, "fsync_dir", lambda p: (_ for _ in ()).throw(OSError("disk gone")))
+    monkeypatch.setattr(atomic, "fsync_dir", lambda p: (_ for _ in ()).throw(OSError("disk gone")))
     with pytest.raises(OSError):
         save_step(tmp_path, 3, model, opts, data_state={"pos": "new"})
     monkeypatch.undo()
@@ -151,13 +153,14 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys, torch
     from pathlib import Path
+    from trnfrontier.runtime import atomic
     from trnfrontier.runtime import checkpoint as ck
     from trnfrontier.runtime.model import GPT, GPTConfig
     from trnfrontier.runtime.optim import build_optimizers
     torch.manual_seed(0)
     model = GPT(GPTConfig(**{tiny}))
     opts = build_optimizers(model, {optim})
-    real = ck._write_file
+    real = atomic._write_file
     n = [0]
     def dying(path, write):
         n[0] += 1
@@ -166,7 +169,7 @@ KILLER = textwrap.dedent(
                 h.write(b"half a file")
             os.kill(os.getpid(), signal.SIGKILL)
         real(path, write)
-    ck._write_file = dying
+    atomic._write_file = dying
     ck.save_checkpoint(Path(sys.argv[1]), step=int(sys.argv[2]), model=model, optimizers=opts,
                        meta={{}}, rank_states=[{{}}], rank_rng=[{{}}])
     """
@@ -324,4 +327,4 @@ def test_unwrap_strips_wrappers() -> None:
 
 @pytest.mark.skipif(os.name != "posix", reason="fsync of directories is POSIX")
 def test_fsync_dir_tolerates_missing(tmp_path: Path) -> None:
-    ck.fsync_dir(tmp_path / "nope")
+    atomic.fsync_dir(tmp_path / "nope")

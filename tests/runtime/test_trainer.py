@@ -22,6 +22,7 @@ from trnfrontier.recipes.loading import (
 from trnfrontier.runtime import checkpoint as ck
 from trnfrontier.runtime import trainer as trainer_mod
 from trnfrontier.runtime.model import GPT
+from trnfrontier.runtime.safetensors_io import read_safetensors
 from trnfrontier.runtime.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,8 +153,8 @@ def test_cpu_training_is_deterministic(sample_home: Path, tmp_path: Path) -> Non
     second = train(recipe, tmp_path / "b")
     assert first["steps"] == second["steps"] == 5
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
-    a, _ = ck.read_safetensors(tmp_path / "a" / "final" / "model.safetensors")
-    b, _ = ck.read_safetensors(tmp_path / "b" / "final" / "model.safetensors")
+    a, _ = read_safetensors(tmp_path / "a" / "final" / "model.safetensors")
+    b, _ = read_safetensors(tmp_path / "b" / "final" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -187,7 +188,7 @@ def test_divergence_stops_saves_last_good_and_names_the_step(
     assert good.name == "step_000003" and ck.latest_checkpoint(run) == good
     assert json.loads((good / "meta.json").read_text())["step"] == 3
     assert all(
-        torch.isfinite(t).all() for t in ck.read_safetensors(good / "model.safetensors")[0].values()
+        torch.isfinite(t).all() for t in read_safetensors(good / "model.safetensors")[0].values()
     )
     assert not (run / "final").exists()
     assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
@@ -281,8 +282,8 @@ def test_kill_9_then_resume_reaches_the_same_final_loss(sample_home: Path, tmp_p
     assert a["steps"] == b["steps"] == 24
     assert a["final_loss"] == b["final_loss"]
     assert losses(runs["whole"]) == losses(runs["killed"])
-    wa, _ = ck.read_safetensors(runs["whole"] / "final" / "model.safetensors")
-    wb, _ = ck.read_safetensors(runs["killed"] / "final" / "model.safetensors")
+    wa, _ = read_safetensors(runs["whole"] / "final" / "model.safetensors")
+    wb, _ = read_safetensors(runs["killed"] / "final" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 

@@ -36,7 +36,7 @@ from typing import Any
 from trnfrontier.contract import TrustedContract, load_contract
 from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
-from trnfrontier.runtime.checkpoint import atomic_write_json
+from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.contract import sha256_file
 from trnfrontier.runtime.trainer import (
     EXIT_DIVERGED,

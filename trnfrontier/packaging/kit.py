@@ -40,6 +40,7 @@ from trnfrontier.packaging.build import (
 )
 from trnfrontier.packaging.run import checkpoint_params, read_json, refusal_reasons
 from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.runtime.safetensors_io import write_safetensors
 from trnfrontier.runtime.trainer import METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE
 from trnfrontier.verify.pins import load_pins
 
@@ -135,7 +136,7 @@ def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, 
     else:
         buffer = io.BytesIO()
         config = blob.get("model_config")
-        ckpt.write_safetensors(
+        write_safetensors(
             buffer,
             state,
             {"format": "pt", "model_config": json.dumps(config, sort_keys=True, default=str)},

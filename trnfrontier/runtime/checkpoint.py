@@ -12,13 +12,10 @@ The final checkpoint ``final/`` is consolidated (one single-device file set):
 ``model.safetensors``, ``meta.json`` and the kit's ``final.pt`` (``model_state``,
 ``model_config``, ``meta``).
 
-Atomicity: every file goes to a temporary name in its own directory, is fsynced and then
-``os.replace``d, and the directory is fsynced; a checkpoint directory is assembled under a
-temporary name and renamed into place. A kill at any moment leaves either the old complete
-checkpoint or the new complete one, never a torn one under a real name.
-
-Safetensors is read and written here with the standard library (the format is a JSON
-header and raw little-endian bytes), so a submission needs no extra package.
+Atomicity: every checkpoint directory is written through ``atomic.write_directory``, so a
+kill at any moment leaves either the old complete checkpoint or the new complete one,
+never a torn one under a real name. Weights go through ``safetensors_io`` (standard
+library only), so a submission needs no extra package.
 """
 
 from __future__ import annotations
@@ -28,8 +25,6 @@ import os
 import random
 import re
 import shutil
-import struct
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -38,7 +33,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from trnfrontier.runtime.atomic import json_bytes, remove_leftovers, write_directory
 from trnfrontier.runtime.model import GPT, ROTARY_CONTEXT_FACTOR, GPTConfig
+from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
 
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
@@ -50,192 +47,6 @@ RNG_FILE = "rng.safetensors"
 KIT_FILE = "final.pt"
 CHECKPOINT_FORMAT = "trnfrontier-checkpoint/1"
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
-_TEMP_PREFIXES = (".tmp-", ".old-")
-
-# ---------------------------------------------------------------------------- atomic files
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable (no-op where directories can't be opened)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write ``path`` through ``write(handle)`` into a temporary file beside it, fsync,
-    rename over ``path`` and fsync the directory. On any failure ``path`` is untouched."""
-    path = Path(path)
-    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda handle: handle.write(data))
-
-
-def atomic_write_json(path: Path, document: Any) -> None:
-    atomic_write_bytes(
-        path, (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    )
-
-
-def _write_file(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """A plain durable write (inside a temporary directory that is renamed as a whole)."""
-    with open(path, "wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def write_directory(target: Path, files: Mapping[str, Callable[[IO[bytes]], None]]) -> Path:
-    """Create directory ``target`` holding ``files`` (name -> writer), atomically.
-
-    The files are written under ``.tmp-<name>.<pid>`` and the directory renamed into place.
-    An existing ``target`` is first moved aside and removed only once the new one is in.
-    """
-    target = Path(target)
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".tmp-{target.name}.{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        for name, write in files.items():
-            _write_file(tmp / name, write)
-        fsync_dir(tmp)
-        old = None
-        if target.exists():
-            old = parent / f".old-{target.name}.{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(target, old)
-        os.replace(tmp, target)
-        fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
-# ---------------------------------------------------------------------------- safetensors
-
-_ST_DTYPES: dict[torch.dtype, str] = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
-_ST_TORCH = {name: dtype for dtype, name in _ST_DTYPES.items()}
-_ST_MAX_HEADER = 100 * 1024 * 1024
-
-
-def _tensor_bytes(t: torch.Tensor) -> bytes:
-    flat = t.detach().to("cpu").contiguous().reshape(-1)
-    if flat.numel() == 0:
-        return b""
-    return flat.view(torch.uint8).numpy().tobytes()
-
-
-def write_safetensors(
-    handle: IO[bytes],
-    tensors: Mapping[str, torch.Tensor],
-    metadata: Mapping[str, str] | None = None,
-) -> None:
-    """Serialise ``tensors`` in the safetensors format (what ``safetensors.torch.save`` writes)."""
-    if sys.byteorder != "little":
-        raise RuntimeError("safetensors is little-endian; this writer does not byte-swap")
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    blobs: list[bytes] = []
-    offset = 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        if t.dtype not in _ST_DTYPES:
-            raise TypeError(
-                f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot store here"
-            )
-        blob = _tensor_bytes(t)
-        header[name] = {
-            "dtype": _ST_DTYPES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + len(blob)],
-        }
-        blobs.append(blob)
-        offset += len(blob)
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
-    handle.write(struct.pack("<Q", len(raw)))
-    handle.write(raw)
-    for blob in blobs:
-        handle.write(blob)
-
-
-def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Load every tensor (on CPU) and the string metadata of a safetensors file."""
-    data = Path(path).read_bytes()
-    if len(data) < 8:
-        raise ValueError(f"{path}: not a safetensors file (too short)")
-    (size,) = struct.unpack("<Q", data[:8])
-    if size > _ST_MAX_HEADER or 8 + size > len(data):
-        raise ValueError(f"{path}: not a safetensors file (bad header size)")
-    try:
-        header = json.loads(data[8 : 8 + size].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a safetensors file ({exc})") from None
-    metadata = header.pop("__metadata__", None) or {}
-    base = 8 + size
-    tensors: dict[str, torch.Tensor] = {}
-    for name, info in header.items():
-        dtype = _ST_TORCH.get(info.get("dtype"))
-        if dtype is None:
-            raise ValueError(f"{path}: tensor {name!r} has unsupported dtype {info.get('dtype')!r}")
-        begin, end = info["data_offsets"]
-        shape = [int(d) for d in info["shape"]]
-        if not 0 <= begin <= end <= len(data) - base:
-            raise ValueError(f"{path}: tensor {name!r} lies outside the file")
-        numel = 1
-        for d in shape:
-            numel *= d
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if end - begin != numel * itemsize:
-            raise ValueError(
-                f"{path}: tensor {name!r} has {end - begin} bytes for shape {shape} {info['dtype']}"
-            )
-        if numel == 0:
-            tensors[name] = torch.empty(shape, dtype=dtype)
-            continue
-        # Copy into a fresh (aligned, writable) buffer before reinterpreting the bytes.
-        buf = torch.frombuffer(bytearray(data[base + begin : base + end]), dtype=torch.uint8)
-        tensors[name] = buf.view(dtype).reshape(shape)
-    return tensors, metadata
-
 
 # ---------------------------------------------------------------------------- model state
 
@@ -292,7 +103,7 @@ def _model_writer(model: nn.Module, config: Mapping[str, Any]) -> Callable[[IO[b
 
 
 def _json_writer(document: Any) -> Callable[[IO[bytes]], None]:
-    raw = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    raw = json_bytes(document)
     return lambda handle: handle.write(raw)
 
 
@@ -368,16 +179,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _remove_leftovers(root: Path) -> None:
-    """Temporary directories of a write that was killed (only rank 0 writes, one at a time)."""
-    for child in root.iterdir():
-        if child.name.startswith(_TEMP_PREFIXES):
-            if child.is_dir():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
-
-
 def save_checkpoint(
     run_dir: Path,
     *,
@@ -396,7 +197,7 @@ def save_checkpoint(
     """
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(root)
+    remove_leftovers(root)  # safe: only rank 0 writes checkpoints, one at a time
     config = _config_of(model)
     full_meta = {**meta, "format": CHECKPOINT_FORMAT, "step": step, "model_config": config}
     state = {"step": step, "ranks": rank_states}

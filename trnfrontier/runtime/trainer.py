@@ -32,6 +32,7 @@ import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import devices, distributed
+from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.contract import load_prepare, sha256_file
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
@@ -505,7 +506,7 @@ class Trainer:
             "resumed_from": getattr(self, "resumed_from", None),
         }
         if self.main:
-            ckpt.atomic_write_json(self.out_dir / SUMMARY_FILE, summary)
+            atomic_write_json(self.out_dir / SUMMARY_FILE, summary)
             print(
                 f"{status}: {self.step} steps, startup {accounting['startup_seconds']:.1f} s, charged "
                 f"{accounting['charged_seconds']:.1f} s, headroom {accounting['headroom_seconds']:.1f} s, "
@@ -590,7 +591,7 @@ def train(
 def _write_crash_summary(out_dir: Path, recipe: dict[str, Any], exc: BaseException) -> None:
     """A crashed run still leaves a summary naming what went wrong (no traceback parsing)."""
     try:
-        ckpt.atomic_write_json(
+        atomic_write_json(
             out_dir / SUMMARY_FILE,
             {
                 "name": recipe.get("name"),
