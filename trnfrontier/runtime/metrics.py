@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
+from trnfrontier.runtime.atomic import atomic_write_bytes
+
 
 def _clean(value: Any) -> Any:
     # JSON has no NaN/inf; a diverged loss is logged as null rather than an invalid document.
@@ -63,9 +65,4 @@ def truncate_after(path: Path, step: int) -> None:
     if not path.exists():
         return
     kept = [r for r in read_metrics(path) if int(r.get("step", 0)) <= step]
-    tmp = path.with_name(f".tmp-{path.name}.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write("".join(json.dumps(r) + "\n" for r in kept))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in kept).encode("utf-8"))
