@@ -154,6 +154,9 @@ def test_documented_formula_matches_prepare(times: list[float], tmp_path: Path, 
     theirs = prepare_module.budget_accounting(str(log))
     for key in ("charged_seconds", "startup_seconds", "over_budget", "steps", "headroom_seconds"):
         assert ours[key] == pytest.approx(theirs[key]), key
+    assert set(ours) == set(theirs)  # callers read excluded_seconds, budget_seconds from either
+    for key in theirs:
+        assert ours[key] == pytest.approx(theirs[key]), key
 
 
 # -- pins -------------------------------------------------------------------------------------

@@ -277,7 +277,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "wall_seconds": seen.outcome.seconds,
         "diverged_step": printed.non_finite_loss_step(),
     }
-    if accounting and document["budget_seconds"] is None:  # a prepare.py without budget_accounting
+    if accounting and document["budget_seconds"] is None:  # a budget_accounting that omits it
         document["budget_seconds"] = float(getattr(contract.module, "TRAIN_TIME_BUDGET_SECONDS", 1800))
     if seen.facts.get("checkpoint_note"):
         document["checkpoint_note"] = seen.facts["checkpoint_note"]

@@ -35,7 +35,7 @@ def charged_by_step(step_log: Path, accounting: dict[str, Any]) -> dict[int, flo
     """Charged seconds at each recorded boundary, by the organisers' rule."""
     start, boundaries = read_boundaries(step_log)
     startup = float(accounting["startup_seconds"])
-    # excluded_seconds = min(startup, cap); a prepare.py without it is read with the kit's cap.
+    # excluded_seconds = min(startup, cap); a budget_accounting that omits it is read with the default cap.
     cap = float(accounting.get("excluded_seconds", min(startup, STARTUP_CAP_SECONDS)))
     startup_end = start + startup
     charged: dict[int, float] = {}

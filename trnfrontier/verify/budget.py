@@ -60,18 +60,24 @@ def documented_accounting(
     excluded_steps: int = STARTUP_STEPS_EXCLUDED,
     cap: float = STARTUP_CAP_SECONDS,
 ) -> dict[str, Any]:
-    """The formula in the module docstring, for a prepare.py without budget_accounting."""
+    """The formula in the module docstring, for a prepare.py without budget_accounting
+    (the same keys as prepare.budget_accounting returns)."""
     start, boundaries = read_boundaries(path)
     last = boundaries[-1][1] if boundaries else start
     after = [t for step, t in boundaries if step >= excluded_steps]
     startup = (after[0] if after else last) - start
-    charged = (last - start) - min(startup, cap)
+    excluded = min(startup, cap)
+    charged = (last - start) - excluded
     return {
+        "start_time": start,
+        "steps": boundaries[-1][0] if boundaries else 0,
+        "total_seconds": last - start,
         "startup_seconds": startup,
+        "excluded_seconds": excluded,
         "charged_seconds": charged,
+        "budget_seconds": budget,
         "headroom_seconds": budget - charged,
         "over_budget": charged > budget,
-        "steps": boundaries[-1][0] if boundaries else 0,
     }
 
 
