@@ -176,6 +176,34 @@ def refuse_or_force(reasons: list[str], force: bool, what: str) -> list[str]:
     return list(reasons)
 
 
+def gate_members(
+    members: dict[str, Path | bytes], reasons: list[str], *, force: bool, what: str, size_hint: str = ""
+) -> list[str]:
+    """The portal's size limit (never forced), then ``reasons`` plus verify's static screen:
+    the list to record as forced, or a one-line refusal."""
+    over = size_problems(members)
+    if over:
+        raise TrnfError(f"{over[0]}{size_hint}")
+    return refuse_or_force(reasons + screen_reasons(members), force, what)
+
+
+def manifest_meta(
+    summary: dict[str, Any], *, measured_by: str, params: int, seed: Any, launch: str, forced: list[str]
+) -> dict[str, Any]:
+    """The manifest's fields besides ``format`` and ``files``, from a run's summary."""
+    return {
+        "prepare_sha256": summary.get("prepare_sha256"),
+        "tokenizer_sha256": summary.get("tokenizer_sha256"),
+        "claimed": claim(summary, measured_by),
+        "params": params,
+        "versions": versions(summary.get("versions")),
+        "git": git_state(),
+        "seed": seed,
+        "launch": launch,
+        "forced": forced,
+    }
+
+
 def write_archive(
     members: dict[str, Path | bytes], meta: dict[str, Any], out: Path
 ) -> PackageResult:
@@ -334,15 +362,10 @@ def package_run(
     members.update(kernel_members(kernels))
     if not single_file:
         members.update(runtime_members())
-    over = size_problems(members)
-    if over:
-        hint = (
-            " (the inlined runtime is too big for one file: package without --single-file)"
-            if single_file
-            else ""
-        )
-        raise TrnfError(f"{over[0]}{hint}")
-    forced = refuse_or_force(reasons + screen_reasons(members), force, f"run {run.path}")
+    hint = " (the inlined runtime is too big for one file: package without --single-file)"
+    forced = gate_members(
+        members, reasons, force=force, what=f"run {run.path}", size_hint=hint if single_file else ""
+    )
 
     facts = summary_facts(
         summary,
@@ -352,17 +375,12 @@ def package_run(
         kernels=kernels,
     )
     add_writeup(members, facts, recipe, run.metrics, forced, team_text)
-    meta = {
-        "prepare_sha256": summary.get("prepare_sha256"),
-        "tokenizer_sha256": summary.get("tokenizer_sha256"),
-        "claimed": claim(
-            summary, "trnf train: the trusted evaluate_bpb of final/ reloaded through load_for_eval"
-        ),
-        "params": params,
-        "versions": versions(summary.get("versions")),
-        "git": git_state(),
-        "seed": int(recipe["runtime"]["seed"]),
-        "launch": launch,
-        "forced": forced,
-    }
+    meta = manifest_meta(
+        summary,
+        measured_by="trnf train: the trusted evaluate_bpb of final/ reloaded through load_for_eval",
+        params=params,
+        seed=int(recipe["runtime"]["seed"]),
+        launch=launch,
+        forced=forced,
+    )
     return write_archive(members, meta, out)

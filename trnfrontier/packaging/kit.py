@@ -28,14 +28,10 @@ from trnfrontier.packaging.build import (
     PackageResult,
     add_writeup,
     check_launch,
-    claim,
-    git_state,
+    gate_members,
+    manifest_meta,
     read_team_text,
-    refuse_or_force,
-    screen_reasons,
-    size_problems,
     summary_facts,
-    versions,
     write_archive,
 )
 from trnfrontier.packaging.run import checkpoint_params, read_json, refusal_reasons
@@ -281,10 +277,7 @@ def package_kit(
         step_log=step_log if isinstance(step_log, Path) else None,
         unmeasured="pass --val-bpb-from-eval, or --run-dir with a summary that has one",
     )
-    over = size_problems(members)
-    if over:
-        raise TrnfError(over[0])
-    forced = refuse_or_force(reasons + screen_reasons(members), force, str(train_py))
+    forced = gate_members(members, reasons, force=force, what=str(train_py))
 
     facts = summary_facts(
         summary,
@@ -307,15 +300,7 @@ def package_kit(
         if val_bpb_from_eval
         else f"summary.json of the kit run {Path(run_dir).name if run_dir else ''}"
     )
-    meta = {
-        "prepare_sha256": summary.get("prepare_sha256"),
-        "tokenizer_sha256": summary.get("tokenizer_sha256"),
-        "claimed": claim(summary, measured_by),
-        "params": params,
-        "versions": versions(summary.get("versions")),
-        "git": git_state(),
-        "seed": summary.get("seed"),
-        "launch": launch,
-        "forced": forced,
-    }
+    meta = manifest_meta(
+        summary, measured_by=measured_by, params=params, seed=summary.get("seed"), launch=launch, forced=forced
+    )
     return write_archive(members, meta, out)
