@@ -244,26 +244,16 @@ class Trainer:
             params = inspect.signature(make).parameters
         except (TypeError, ValueError):
             params = {}
-        common = dict(device=self.device)
         saved = self.data_state
+        shardings: list[dict[str, int]] = [{}]
         if "rank" in params and "world_size" in params:
             world = self.info.world_size
-            shards = world * self.accum
             if saved is not None and len(saved) != self.accum:
                 raise TrainingError(
                     f"the checkpoint has {len(saved)} data streams for {self.accum} micro-steps; resume with the same recipe"
                 )
-            return [
-                make(
-                    self.tokenizer,
-                    self.batch_size,
-                    self.seq_len,
-                    "train",
-                    **common,
-                    resume_state=saved[m] if saved else None,
-                    rank=self.info.rank + world * m,
-                    world_size=shards,
-                )
+            shardings = [
+                {"rank": self.info.rank + world * m, "world_size": world * self.accum}
                 for m in range(self.accum)
             ]
         return [
@@ -272,9 +262,11 @@ class Trainer:
                 self.batch_size,
                 self.seq_len,
                 "train",
-                **common,
-                resume_state=saved[0] if saved else None,
+                device=self.device,
+                resume_state=saved[i] if saved else None,
+                **sharding,
             )
+            for i, sharding in enumerate(shardings)
         ]
 
     def _weights_finite(self) -> bool:
