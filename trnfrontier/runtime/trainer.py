@@ -344,13 +344,12 @@ class Trainer:
             )
             apply_schedule(self.optimizers, lrm, mom)
             loss_sum = torch.zeros((), device=self.device)
-            step_data_state = list(self.data_state or [])
+            # Every stream is read at least once a step (accum >= len(loaders)), so each
+            # slot holds that stream's state after its last micro-batch of this step.
+            step_data_state: list[Any] = [None] * len(loaders)
             for micro in range(self.accum):
                 stream = micro % len(loaders)
-                x, y, state = next(loaders[stream])
-                if len(step_data_state) <= stream:
-                    step_data_state.append(state)
-                step_data_state[stream] = state
+                x, y, step_data_state[stream] = next(loaders[stream])
                 sync = self.ddp is None or micro == self.accum - 1
                 with contextlib.nullcontext() if sync else self.ddp.no_sync():  # type: ignore[union-attr]
                     with devices.autocast(self.device, self.spec.dtype):
