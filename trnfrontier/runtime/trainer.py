@@ -145,6 +145,7 @@ class Trainer:
         self.step, self.tokens = 0, 0
         self.prior_charged, self.prior_excluded = 0.0, 0.0
         self.data_state: list[dict[str, Any]] | None = None  # one state per data stream
+        self.resumed_from: str | None = None
         if resume:
             self._restore()
 
@@ -488,7 +489,7 @@ class Trainer:
             "final_checkpoint": str(final_path) if final_path else None,
             "diverged_step": diverged_step,
             "last_good_checkpoint": str(last_good) if last_good else None,
-            "resumed_from": getattr(self, "resumed_from", None),
+            "resumed_from": self.resumed_from,
         }
         if self.main:
             atomic_write_json(self.out_dir / SUMMARY_FILE, summary)
