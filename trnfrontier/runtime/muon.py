@@ -64,12 +64,20 @@ def _as_hyper_tensor(value: Any, device: torch.device) -> Tensor:
     return torch.tensor(float(value), dtype=torch.float32, device=device)
 
 
-def set_hyperparams(optimizer: torch.optim.Optimizer, **values: float) -> None:
-    """Set per-step hyperparameters on every param group of ``optimizer``.
+def set_group_value(group: dict[str, Any], name: str, value: float) -> None:
+    """Set one hyperparameter of a param group: a tensor entry (Muon's) is filled in place,
+    keeping the object a compiled step holds; a plain float (torch's AdamW) is replaced."""
+    current = group[name]
+    if isinstance(current, Tensor):
+        current.fill_(float(value))
+    else:
+        group[name] = float(value)
 
-    Tensor-valued entries (Muon's) are filled in place, keeping the same tensor object;
-    plain float entries (torch's AdamW) are replaced. Unknown names are an error so a
-    typo never silently leaves a schedule unapplied.
+
+def set_hyperparams(optimizer: torch.optim.Optimizer, **values: float) -> None:
+    """Set per-step hyperparameters on every param group of ``optimizer``
+    (``set_group_value``). Unknown names are an error so a typo never silently leaves a
+    schedule unapplied.
     """
     for group in optimizer.param_groups:
         for name, value in values.items():
@@ -77,11 +85,7 @@ def set_hyperparams(optimizer: torch.optim.Optimizer, **values: float) -> None:
                 raise KeyError(
                     f"{type(optimizer).__name__} param group has no hyperparameter {name!r}"
                 )
-            current = group[name]
-            if isinstance(current, Tensor):
-                current.fill_(float(value))
-            else:
-                group[name] = float(value)
+            set_group_value(group, name, value)
 
 
 class Muon(torch.optim.Optimizer):

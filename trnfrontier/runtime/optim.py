@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from trnfrontier.runtime.model import GPT
-from trnfrontier.runtime.muon import Muon, set_hyperparams
+from trnfrontier.runtime.muon import Muon, set_group_value, set_hyperparams
 
 # nanochat tuned its AdamW LRs at width 768; wider models take proportionally smaller steps.
 REFERENCE_WIDTH = 768
@@ -93,11 +93,7 @@ def apply_schedule(
     """
     for opt in optimizers:
         for group in opt.param_groups:
-            value = group["initial_lr"] * lr_multiplier
-            if isinstance(group["lr"], Tensor):
-                group["lr"].fill_(value)
-            else:
-                group["lr"] = value
+            set_group_value(group, "lr", group["initial_lr"] * lr_multiplier)
         if isinstance(opt, Muon):
             set_hyperparams(opt, momentum=muon_momentum)
 
