@@ -9,6 +9,7 @@ every step and is never re-traced when the schedule moves.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -178,6 +179,7 @@ class Muon(torch.optim.Optimizer):
 
     def _step_group(self, group: dict[str, Any]) -> None:
         lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
+        decay = lr * wd  # one device op per group, not one per parameter
         # Same-shaped matrices are orthogonalised together in one batched call.
         buckets: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = defaultdict(list)
         for p in group["params"]:
@@ -192,25 +194,22 @@ class Muon(torch.optim.Optimizer):
 
         for shape, items in buckets.items():
             params = [p for p, _ in items]
-            rows = shape[0]
-            cols = 1
-            for size in shape[1:]:
-                cols *= size
+            rows, cols = shape[0], math.prod(shape[1:])
             stacked = torch.stack([u.reshape(rows, cols) for _, u in items])
             # Looked up as a module global on purpose: the kernels layer swaps
             # ``muon.polar_express`` for an NKI op, so never bind it locally.
             ortho = polar_express(stacked, steps=group["ns_steps"]).float()
             if group["normuon"]:
                 ortho = self._normuon(params, ortho, group["beta2"], group["eps"])
-            scale = max(1.0, rows / cols) ** 0.5
+            step_size = lr * max(1.0, rows / cols) ** 0.5
             for p, o in zip(params, ortho.unbind(0), strict=True):
                 o = o.view(shape).to(p.dtype)
                 if group["cautious_wd"]:
                     mask = (torch.sign(o) == torch.sign(p)).to(p.dtype)
-                    p.sub_(p * mask * (lr * wd).to(p.dtype))
+                    p.sub_(p * mask * decay.to(p.dtype))
                 else:
-                    p.mul_(1.0 - (lr * wd).to(p.dtype))
-                p.sub_(o * (lr * scale).to(p.dtype))
+                    p.mul_(1.0 - decay.to(p.dtype))
+                p.sub_(o * step_size.to(p.dtype))
 
     def _normuon(self, params: list[Tensor], ortho: Tensor, beta2: float, eps: float) -> Tensor:
         """Per-row (output neuron) adaptive scaling of the orthogonalised update, keeping
