@@ -31,6 +31,13 @@ POLAR_EXPRESS_COEFFS: tuple[tuple[float, float, float], ...] = (
 HYPERPARAMS = ("lr", "momentum", "weight_decay")
 
 
+def polar_express_coeffs(steps: int) -> tuple[tuple[float, float, float], ...]:
+    """The coefficients of the first ``steps`` iterations (1 to 5)."""
+    if not 1 <= steps <= len(POLAR_EXPRESS_COEFFS):
+        raise ValueError(f"steps={steps} must be in [1, {len(POLAR_EXPRESS_COEFFS)}]")
+    return POLAR_EXPRESS_COEFFS[:steps]
+
+
 def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     """Approximate the orthogonal polar factor U V^T of ``G`` (..., rows, cols).
 
@@ -41,8 +48,7 @@ def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     """
     if G.dim() < 2:
         raise ValueError(f"polar_express needs a matrix, got shape {tuple(G.shape)}")
-    if not 1 <= steps <= len(POLAR_EXPRESS_COEFFS):
-        raise ValueError(f"steps={steps} must be in [1, {len(POLAR_EXPRESS_COEFFS)}]")
+    coeffs = polar_express_coeffs(steps)
     X = G.float() if G.device.type == "cpu" else G.bfloat16()
     # Work on the wide orientation: X X^T is then the smaller Gram matrix.
     transposed = X.size(-2) > X.size(-1)
@@ -51,7 +57,7 @@ def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
     batch_shape = X.shape[:-2]
     X = X.reshape(-1, *X.shape[-2:])  # one batched-matmul code path for 2-D and stacked
-    for a, b, c in POLAR_EXPRESS_COEFFS[:steps]:
+    for a, b, c in coeffs:
         A = X @ X.mT
         B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b A + c A^2, fused
         X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a X + B X, fused

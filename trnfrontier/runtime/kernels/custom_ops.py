@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..muon import polar_express_coeffs
 from . import backend, references
 
 # ---------------------------------------------------------------- routing
@@ -310,18 +311,10 @@ attention_op.register_autograd(_attention_bwd, setup_context=_attention_setup)
 # ---------------------------------------------------------------- polar express
 
 
-def _coeffs(steps: int) -> tuple[tuple[float, float, float], ...]:
-    from trnfrontier.runtime.muon import POLAR_EXPRESS_COEFFS
-
-    if not 1 <= steps <= len(POLAR_EXPRESS_COEFFS):
-        raise ValueError(f"steps={steps} must be in [1, {len(POLAR_EXPRESS_COEFFS)}]")
-    return tuple(POLAR_EXPRESS_COEFFS[:steps])
-
-
 @torch.library.custom_op("trnf::polar_express", mutates_args=())
 def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
     """Polar Express of g [..., m, n] (each matrix independently), g's dtype."""
-    coeffs = _coeffs(steps)
+    coeffs = polar_express_coeffs(steps)
     # On a kernel device, work in bfloat16 as trnfrontier.runtime.muon does on accelerators.
     if _use_kernel(
         "polar_express",
