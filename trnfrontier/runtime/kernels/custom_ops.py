@@ -54,16 +54,20 @@ def _rows(x: Tensor) -> Tensor:
 # ---------------------------------------------------------------- relu2
 
 
+def _relu2_ok(x: Tensor) -> Callable[[], str | None]:
+    return lambda: backend.supports_relu2(tuple(x.shape), x.dtype)
+
+
 @torch.library.custom_op("trnf::relu2", mutates_args=())
 def relu2_op(x: Tensor) -> Tensor:
-    if _use_kernel("relu2", (x,), lambda: backend.supports_relu2(tuple(x.shape), x.dtype)):
+    if _use_kernel("relu2", (x,), _relu2_ok(x)):
         return backend.kernel_module("relu2").relu2_fwd(_rows(x)).reshape(x.shape)
     return references.relu2(x)
 
 
 @torch.library.custom_op("trnf::relu2_backward", mutates_args=())
 def relu2_backward_op(x: Tensor, dy: Tensor) -> Tensor:
-    if _use_kernel("relu2", (x, dy), lambda: backend.supports_relu2(tuple(x.shape), x.dtype)):
+    if _use_kernel("relu2", (x, dy), _relu2_ok(x)):
         return (
             backend.kernel_module("relu2")
             .relu2_bwd(_rows(x), _rows(dy.to(x.dtype)))
@@ -96,9 +100,13 @@ relu2_op.register_autograd(_relu2_bwd, setup_context=_relu2_setup)
 # ---------------------------------------------------------------- rmsnorm
 
 
+def _rmsnorm_ok(x: Tensor) -> Callable[[], str | None]:
+    return lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)
+
+
 @torch.library.custom_op("trnf::rmsnorm", mutates_args=())
 def rmsnorm_op(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    if _use_kernel("rmsnorm", (x,), lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)):
+    if _use_kernel("rmsnorm", (x,), _rmsnorm_ok(x)):
         y, rstd = backend.kernel_module("rmsnorm").rmsnorm_fwd(_rows(x), eps)
         return y.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1)
     return references.rmsnorm(x, eps)
@@ -106,7 +114,7 @@ def rmsnorm_op(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 @torch.library.custom_op("trnf::rmsnorm_backward", mutates_args=())
 def rmsnorm_backward_op(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
-    if _use_kernel("rmsnorm", (x, dy), lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)):
+    if _use_kernel("rmsnorm", (x, dy), _rmsnorm_ok(x)):
         dx = backend.kernel_module("rmsnorm").rmsnorm_bwd(
             _rows(x), _rows(dy.to(x.dtype)), rstd.reshape(-1, 1).float().contiguous()
         )
@@ -116,8 +124,7 @@ def rmsnorm_backward_op(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
 
 @rmsnorm_op.register_fake
 def _(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    stat = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=stat)
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=references.acc_dtype(x))
 
 
 @rmsnorm_backward_op.register_fake
@@ -140,17 +147,17 @@ rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
 # ---------------------------------------------------------------- rope + qk-norm
 
 
+def _rope_ok(x: Tensor, cos: Tensor) -> Callable[[], str | None]:
+    return lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])
+
+
 @torch.library.custom_op("trnf::rope_qknorm", mutates_args=())
 def rope_qknorm_op(
     x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool
 ) -> tuple[Tensor, Tensor]:
     """x [B, H, T, D], cos/sin [>=T, D/2] -> (y, rstd [B, H, T, 1])."""
     t = x.shape[-2] if x.dim() >= 2 else 0
-    if _use_kernel(
-        "rope_qknorm",
-        (x,),
-        lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0]),
-    ):
+    if _use_kernel("rope_qknorm", (x,), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
         return backend.kernel_module("rope_qknorm").rope_qknorm_fwd(
             x.contiguous(), c, s, eps, normalize
@@ -163,11 +170,7 @@ def rope_qknorm_backward_op(
     x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool
 ) -> Tensor:
     t = x.shape[-2]
-    if _use_kernel(
-        "rope_qknorm",
-        (x, dy),
-        lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0]),
-    ):
+    if _use_kernel("rope_qknorm", (x, dy), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
         return backend.kernel_module("rope_qknorm").rope_qknorm_bwd(
             x.contiguous(), dy.to(x.dtype).contiguous(), c, s, rstd.float().contiguous(), normalize
@@ -177,8 +180,7 @@ def rope_qknorm_backward_op(
 
 @rope_qknorm_op.register_fake
 def _(x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool) -> tuple[Tensor, Tensor]:
-    stat = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=stat)
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=references.acc_dtype(x))
 
 
 @rope_qknorm_backward_op.register_fake
@@ -207,14 +209,14 @@ def _targets_f32(targets: Tensor) -> Tensor:
     return targets.reshape(-1, 1).to(torch.float32).contiguous()
 
 
+def _ce_ok(logits: Tensor) -> Callable[[], str | None]:
+    return lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype)
+
+
 @torch.library.custom_op("trnf::cross_entropy", mutates_args=())
 def cross_entropy_op(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
     """logits [N, V], targets [N] (int, < 0 ignored) -> (loss [N], lse [N]) float32."""
-    if _use_kernel(
-        "cross_entropy",
-        (logits,),
-        lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype),
-    ):
+    if _use_kernel("cross_entropy", (logits,), _ce_ok(logits)):
         loss, lse = backend.kernel_module("cross_entropy").cross_entropy_fwd(
             logits.contiguous(), _targets_f32(targets), softcap
         )
@@ -226,11 +228,7 @@ def cross_entropy_op(logits: Tensor, targets: Tensor, softcap: float) -> tuple[T
 def cross_entropy_backward_op(
     logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float
 ) -> Tensor:
-    if _use_kernel(
-        "cross_entropy",
-        (logits,),
-        lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype),
-    ):
+    if _use_kernel("cross_entropy", (logits,), _ce_ok(logits)):
         return backend.kernel_module("cross_entropy").cross_entropy_bwd(
             logits.contiguous(),
             _targets_f32(targets),
@@ -243,7 +241,7 @@ def cross_entropy_backward_op(
 
 @cross_entropy_op.register_fake
 def _(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
-    stat = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    stat = references.acc_dtype(logits)
     n = logits.shape[0]
     return logits.new_empty((n,), dtype=stat), logits.new_empty((n,), dtype=stat)
 
