@@ -96,8 +96,9 @@ def build_model(
     return model
 
 
-def _model_writer(model: nn.Module, config: Mapping[str, Any]) -> Callable[[IO[bytes]], None]:
-    state = model_state(model)
+def _model_writer(
+    state: Mapping[str, torch.Tensor], config: Mapping[str, Any]
+) -> Callable[[IO[bytes]], None]:
     metadata = {"format": "pt", "model_config": json.dumps(dict(config), sort_keys=True)}
     return lambda handle: write_safetensors(handle, state, metadata)
 
@@ -208,7 +209,7 @@ def save_checkpoint(
     target = write_directory(
         root / step_dir_name(step),
         {
-            MODEL_FILE: _model_writer(model, config),
+            MODEL_FILE: _model_writer(model_state(model), config),
             OPTIM_FILE: _torch_writer(optim_state),
             RNG_FILE: lambda handle: write_safetensors(handle, rng),
             STATE_FILE: _json_writer(state),
@@ -270,7 +271,7 @@ def save_final(run_dir: Path, model: nn.Module, meta: Mapping[str, Any]) -> Path
     return write_directory(
         Path(run_dir) / FINAL_DIR,
         {
-            MODEL_FILE: _model_writer(model, config),
+            MODEL_FILE: _model_writer(state, config),
             KIT_FILE: _torch_writer(kit),
             META_FILE: _json_writer(full_meta),
         },
