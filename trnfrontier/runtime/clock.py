@@ -72,7 +72,6 @@ class BudgetClock:
         self._step_started: float | None = None
         self._recent: deque[float] = deque(maxlen=window)
         self._last_duration: float = 0.0
-        self.last_step: int = 0
 
     # -- events ---------------------------------------------------------------------
 
@@ -100,7 +99,6 @@ class BudgetClock:
             self._recent.append(duration)
         self._step_started = None
         self._last_boundary = now
-        self.last_step = step
 
     # -- accounting -----------------------------------------------------------------
 

@@ -71,8 +71,3 @@ def load_prepare(path: str | os.PathLike[str] | None = None) -> ModuleType:
     if module_file(module) != resolved:
         raise ImportError(f"`import prepare` found {module_file(module)} before {resolved}")
     return module
-
-
-def prepare_path(module: ModuleType) -> Path:
-    """The file a loaded prepare module came from."""
-    return Path(module.__file__).resolve()  # type: ignore[arg-type]
