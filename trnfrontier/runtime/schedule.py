@@ -1,8 +1,10 @@
 """The LR schedule and Muon's momentum warm-up, as plain functions of progress.
 
-Progress is a fraction of the run in [0, 1]: in ``time`` mode the share of the training
-budget charged so far (``progress_from_time``), so a slow step can never leave a run at
-full LR when the clock runs out; in ``steps`` mode ``step / total_steps``.
+Progress is a fraction of the run in [0, 1]: in ``time`` mode the share of the usable
+budget charged so far (the trainer uses ``BudgetClock.progress``, which leaves out the
+checkpoint reserve; ``progress_from_time`` is the same ratio without one), so a slow
+step can never leave a run at full LR when the clock runs out; in ``steps`` mode
+``step / total_steps``.
 """
 
 from __future__ import annotations
