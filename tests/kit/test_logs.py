@@ -93,6 +93,16 @@ def test_failing_rank_is_torchruns_root_cause_else_the_first_traceback(tmp_path:
     assert logs.failing_rank("", {0: found[0]}) is None
 
 
+def test_failure_shows_the_failing_ranks_log_else_the_console(tmp_path: Path) -> None:
+    found = logs.collect_rank_logs(_torchrun_layout(tmp_path, 3), tmp_path / "logs")
+    console = tmp_path / "logs" / "console.log"
+    console.write_text("[default0]: step 1\ntorchrun: ChildFailedError\n")
+    assert logs.failure(CONSOLE, found, console) == (1, found[1].stderr, ["Traceback (most recent call last):", "ValueError: bad"])
+    assert logs.failure("", {0: found[0]}, console) == (None, console, ["[default0]: step 1", "torchrun: ChildFailedError"])
+    found[1].stderr.write_text("")  # nothing on stderr: the rank's stdout tells what it did last
+    assert logs.failure(CONSOLE, found, console) == (1, found[1].stderr, ["step 1 | loss 1.0 | rank 1"])
+
+
 def test_error_line_and_tail(tmp_path: Path) -> None:
     lines = ["[rank1]: Traceback (most recent call last):", '[rank1]:   raise RuntimeError("x")', "[rank1]: RuntimeError: injected", ""]
     assert logs.last_error_line(lines) == "RuntimeError: injected"

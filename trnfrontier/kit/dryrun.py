@@ -136,10 +136,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
     why = ""
     crashed = outcome.exit_code not in (0, None)
     if crashed:
-        rank = logs.failing_rank(outcome.console, rank_logs)
-        source = rank_logs.get(rank) if rank is not None else None
-        report.failure_log = source.stderr if source else work / "logs" / "console.log"
-        report.failure_tail = logs.tail(report.failure_log)
+        rank, report.failure_log, report.failure_tail = logs.failure(outcome.console, rank_logs, work / "logs" / "console.log")
         why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(report.failure_tail)[:240]}"
     elif outcome.timed_out:
         report.failure_log = work / "logs" / "console.log"

@@ -171,6 +171,15 @@ def failing_rank(console: str, logs: dict[int, RankLog]) -> int | None:
     return None
 
 
+def failure(console: str, logs: dict[int, RankLog], console_log: Path) -> tuple[int | None, Path, list[str]]:
+    """(failing rank, the log that shows why, its last lines): the failing rank's stderr (with
+    its stdout's last lines when stderr is empty), else torchrun's console log."""
+    rank = failing_rank(console, logs)
+    if rank is None or rank not in logs:
+        return rank, console_log, tail(console_log)
+    return rank, logs[rank].stderr, tail(logs[rank].stderr) or tail(logs[rank].stdout)
+
+
 def tail(path: Path, lines: int = 12) -> list[str]:
     """The last non-empty lines of a log file."""
     try:

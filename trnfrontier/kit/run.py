@@ -144,18 +144,6 @@ def _environment_record(plan: launch.LaunchPlan) -> dict[str, str]:
     return {k: plan.env[k] for k in keys if k in plan.env}
 
 
-def _failure(run: KitRun, outcome: launch.LaunchOutcome, rank_logs: dict[int, logs.RankLog]) -> tuple[int | None, str]:
-    """(failing rank, its error line), filling the run's failure log and tail."""
-    rank = logs.failing_rank(outcome.console, rank_logs)
-    if rank is None or rank not in rank_logs:
-        run.failure_tail = [line for line in outcome.console.splitlines() if line.strip()][-12:]
-        run.failure_log = run.run_dir / "logs" / "console.log"
-        return rank, logs.last_error_line(run.failure_tail)
-    run.failure_log = rank_logs[rank].stderr
-    run.failure_tail = logs.tail(rank_logs[rank].stderr) or logs.tail(rank_logs[rank].stdout)
-    return rank, logs.last_error_line(run.failure_tail)
-
-
 @dataclass
 class _Observed:
     """What a finished launch left behind."""
@@ -224,10 +212,12 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
         status = "timed_out"
         run.problems.append(f"train.py still running at --timeout {options.timeout:g} s; the whole process tree was killed")
         run.failure_log = run.run_dir / "logs" / "console.log"
-        run.failure_tail = [line for line in outcome.console.splitlines() if line.strip()][-12:]
+        run.failure_tail = logs.tail(run.failure_log)
     elif outcome.exit_code != 0:
         status = "crashed"
-        failed_rank, line = _failure(run, outcome, seen.rank_logs)
+        failed_rank, run.failure_log, run.failure_tail = logs.failure(
+            outcome.console, seen.rank_logs, run.run_dir / "logs" / "console.log")
+        line = logs.last_error_line(run.failure_tail)
         where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
         run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
     nan_step = seen.printed.non_finite_loss_step()
