@@ -96,11 +96,15 @@ _DEFAULTS: dict[str, Callable[..., Tensor]] = {
 OPS: dict[str, Callable[..., Tensor]] = dict(_DEFAULTS)
 
 
-def register(name: str, fn: Callable[..., Tensor]) -> None:
-    """Replace the implementation of op ``name`` for every model in this process."""
+def _known(name: str) -> str:
     if name not in _DEFAULTS:
         raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(_DEFAULTS))}")
-    OPS[name] = fn
+    return name
+
+
+def register(name: str, fn: Callable[..., Tensor]) -> None:
+    """Replace the implementation of op ``name`` for every model in this process."""
+    OPS[_known(name)] = fn
 
 
 def reset(name: str | None = None) -> None:
@@ -108,10 +112,8 @@ def reset(name: str | None = None) -> None:
     if name is None:
         OPS.clear()
         OPS.update(_DEFAULTS)
-    elif name in _DEFAULTS:
-        OPS[name] = _DEFAULTS[name]
     else:
-        raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(_DEFAULTS))}")
+        OPS[_known(name)] = _DEFAULTS[name]
 
 
 def reference(name: str) -> Callable[..., Tensor]:
