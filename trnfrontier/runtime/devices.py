@@ -167,11 +167,14 @@ def peak_flops(device: torch.device | str, lnc: int = 2) -> float | None:
         logical_cores = TRN2_PHYSICAL_CORES // lnc
         return TRN2_CHIP_PEAK_FLOPS / logical_cores
     if kind == "cuda":
-        name = torch.cuda.get_device_name(device if isinstance(device, torch.device) else None)
-        for key, flops in CUDA_PEAK_FLOPS.items():
-            if key in name:
-                return flops
+        return by_gpu_name(CUDA_PEAK_FLOPS, device if isinstance(device, torch.device) else None)
     return None
+
+
+def by_gpu_name(table: dict[str, float], device: torch.device | None) -> float | None:
+    """The value of the first key of ``table`` found in the CUDA device's name (None: none)."""
+    name = torch.cuda.get_device_name(device)
+    return next((value for key, value in table.items() if key in name), None)
 
 
 def device_name(device: torch.device) -> str:

@@ -29,8 +29,7 @@ def peak_bandwidth(device: torch.device, lnc: int = 2) -> float | None:
     if device.type == "neuron":
         return TRN2_CHIP_HBM_BPS / (devices.TRN2_PHYSICAL_CORES // lnc)
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        return next((bw for key, bw in CUDA_HBM_BPS.items() if key in name), None)
+        return devices.by_gpu_name(CUDA_HBM_BPS, device)
     return None
 
 
