@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
 from trnfrontier.verify.contract import run_in_group, run_probe
 
@@ -173,11 +174,10 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
     run_dir = work / "run"
     home = work / "home"
     home.mkdir()
-    for name in names:
-        if name.endswith(".py") or name == "launch.txt":
-            target = run_dir.joinpath(*name.split("/"))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(root.joinpath(*name.split("/")), target)
+    for name in code_members(names):  # the code, not the checkpoint or the logs
+        target = member_path(run_dir, name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(member_path(root, name), target)
     env = clean_environ(home, nproc, lnc, steps, run_dir)
     cmd = [str(python), "-I", "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
     code, tail = run_in_group(cmd, cwd=run_dir, env=env, timeout=timeout)
