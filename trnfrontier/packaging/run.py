@@ -79,11 +79,10 @@ def read_run(path: Path) -> RunDir:
             raise TrnfError(
                 f"{path}: no recipe.json and final/meta.json records no recipe; cannot regenerate train.py"
             )
-    for name in (STEP_LOG_FILE,):
-        if not (path / name).is_file():
-            raise TrnfError(
-                f"{path / name} is missing: the budget cannot be checked without the step-boundary log"
-            )
+    if not (path / STEP_LOG_FILE).is_file():
+        raise TrnfError(
+            f"{path / STEP_LOG_FILE} is missing: the budget cannot be checked without the step-boundary log"
+        )
     return RunDir(path=path, summary=summary, recipe=recipe, final_dir=final_dir)
 
 
