@@ -27,7 +27,7 @@ from rich.table import Table
 
 from trnfrontier.console import err
 from trnfrontier.contract import TrustedContract, load_contract
-from trnfrontier.errors import TrnfError
+from trnfrontier.errors import TrnfError, UsageError
 
 STAGE_LABELS = {"download": "downloading shards", "tokenizer": "training tokenizer", "tokenize": "tokenizing"}
 
@@ -52,12 +52,17 @@ def rich_progress(enabled: bool = True) -> Iterator[ProgressCallback]:
     tasks: dict[str, Any] = {}
 
     def update(stage: str, done: int, total: int | None, unit: str) -> None:
+        if not tasks:
+            bars.start()  # on the first report: an early error or a reused dataset draws nothing
         if stage not in tasks:
             tasks[stage] = bars.add_task(STAGE_LABELS.get(stage, stage), total=total)
         bars.update(tasks[stage], completed=done, total=total)
 
-    with bars:
+    try:
         yield update
+    finally:
+        if tasks:
+            bars.stop()
 
 
 def run_prepare(
@@ -86,6 +91,12 @@ def run_prepare(
                 raise TrnfError(str(exc)) from None
             if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                 raise TrnfError(f"disk full ({exc.filename or 'data directory'}); free space and rerun `trnf prepare`") from None
+            if isinstance(exc, OSError):
+                where = exc.filename or "the data directory"
+                raise TrnfError(
+                    f"cannot write the data under {where} ({exc.strerror or exc}); "
+                    "point --home / TRNF_HOME at a writable directory"
+                ) from None
             raise
     summary = dict(summary)
     summary["prepare_path"] = str(contract.path)
@@ -103,6 +114,7 @@ def _parameters(function: Callable[..., Any]) -> set[str]:
 def _setup_arguments(contract: TrustedContract, setup: Callable[..., Any], source: str, path: str | None,
                      num_train_shards: int | None) -> dict[str, Any]:
     """Only the arguments this prepare.py's setup() accepts; a choice it cannot honour is an error."""
+    check_choices(contract, source, path, num_train_shards)
     accepted = _parameters(setup)
     wanted = {"source": source if source != "climbmix" else None, "path": path, "num_train_shards": num_train_shards}
     kwargs: dict[str, Any] = {}
@@ -113,6 +125,23 @@ def _setup_arguments(contract: TrustedContract, setup: Callable[..., Any], sourc
             raise TrnfError(f"{contract.path}: its setup() takes no {name!r}, so --{name.replace('_', '-')} cannot be used with it")
         kwargs[name] = value
     return kwargs
+
+
+def check_choices(contract: TrustedContract, source: str, path: str | None, num_train_shards: int | None) -> None:
+    """Command-line choices that contradict each other or the contract: usage errors (exit 2),
+    refused before any data is touched."""
+    sources = getattr(contract.module, "SOURCES", None)
+    if sources is not None and source not in sources:
+        raise UsageError(f"--source {source}: unknown source; choose one of {', '.join(sources)}")
+    if source == "local" and path is None:
+        raise UsageError("--source local needs --path DIR (a folder of .parquet, .jsonl or .txt files)")
+    if source != "local" and path is not None:
+        raise UsageError(f"--path applies to --source local; --source {source} reads no folder (add --source local)")
+    if num_train_shards is not None:
+        if source != "climbmix":
+            raise UsageError(f"--num-train-shards applies to --source climbmix, not --source {source}")
+        if num_train_shards < 1:
+            raise UsageError(f"--num-train-shards {num_train_shards}: must be at least 1")
 
 
 def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num_train_shards: int | None) -> dict[str, Any]:

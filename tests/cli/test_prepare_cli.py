@@ -82,3 +82,32 @@ def test_another_prepare_py_is_used_and_fingerprinted(tmp_path: Path, monkeypatc
 
     code, out, err = run_cli(["--prepare", str(other), "prepare", "--source", "local", "--path", "x"], capsys)
     assert code == 1 and err.strip() == "trnf: error: --path x: the organisers' copy refuses local data"
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--source", "banana"], "--source banana: unknown source; choose one of climbmix, local, sample"),
+        (["--source", "local"], "--source local needs --path DIR"),
+        (["--source", "sample", "--path", "somewhere"], "--path applies to --source local"),
+        (["--source", "sample", "--num-train-shards", "2"], "--num-train-shards applies to --source climbmix"),
+        (["--num-train-shards", "0"], "--num-train-shards 0: must be at least 1"),
+    ],
+)
+def test_contradictory_choices_are_usage_errors_on_one_line(args: list[str], expected: str, projects_prepare: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path / "home"))
+    code, out, err = run_cli(["prepare", *args], capsys)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [err.strip()] and err.startswith(f"trnf: error: {expected}")  # no blank line before it
+    assert not (tmp_path / "home").exists()  # refused before any data was touched
+
+
+def test_unwritable_home_is_one_line(projects_prepare: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TRNF_HOME", str(blocker / "home"))  # below a file: every write fails
+    code, out, err = run_cli(["prepare", "--source", "sample"], capsys)
+    assert code == 1 and out == ""
+    assert err.splitlines() == [err.strip()] and "cannot write the data under" in err and "Traceback" not in err
+    code, _, err = run_cli(["--home", str(blocker), "prepare", "--source", "sample"], capsys)
+    assert code == 2 and err.strip() == f"trnf: error: --home / TRNF_HOME {blocker}: not a directory; give the data and cache folder"

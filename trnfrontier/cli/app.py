@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -43,10 +42,10 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def global_options(
-    prepare: Optional[Path] = typer.Option(
+    prepare: Path | None = typer.Option(
         None, "--prepare", envvar=PREPARE_ENV, help="The trusted prepare.py to use (default: the project's own)."
     ),
-    home: Optional[Path] = typer.Option(
+    home: Path | None = typer.Option(
         None, "--home", envvar="TRNF_HOME", help="Data and cache root (default ~/.cache/trnfrontier)."
     ),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
@@ -59,7 +58,10 @@ def global_options(
             raise TrnfError(f"--prepare {prepare}: no such file; give the path of a trusted prepare.py", exit_code=2)
         os.environ[PREPARE_ENV] = str(resolved)
     if home is not None:
-        os.environ["TRNF_HOME"] = str(home.expanduser().resolve())
+        resolved_home = home.expanduser().resolve()
+        if resolved_home.exists() and not resolved_home.is_dir():
+            raise TrnfError(f"--home / TRNF_HOME {home}: not a directory; give the data and cache folder", exit_code=2)
+        os.environ["TRNF_HOME"] = str(resolved_home)
 
 
 app.command("prepare")(prepare_cmd.command)
