@@ -296,6 +296,47 @@ class Trainer:
             return True, "budget"
         return False, ""
 
+    def _apply_schedule(self, clock: BudgetClock) -> float:
+        """Set this step's LRs and Muon momentum; return the LR multiplier (for the log)."""
+        sched, o = self.recipe["schedule"], self.recipe["optim"]
+        lrm = lr_multiplier(
+            self._progress(clock),
+            sched["warmup_frac"],
+            sched["warmdown_frac"],
+            sched["final_lr_frac"],
+        )
+        mom = muon_momentum(
+            self.step,
+            o["muon_momentum_warmup_start"],
+            o["muon_momentum"],
+            o["muon_momentum_warmup_steps"],
+        )
+        apply_schedule(self.optimizers, lrm, mom)
+        return lrm
+
+    def _accumulate_gradients(self, loaders: list[Any]) -> tuple[float, list[Any]]:
+        """One step's forward and backward passes over ``accum`` micro-batches (under DDP
+        the gradients are all-reduced on the last one only). Returns this rank's mean loss
+        (reading it waits for the device) and every data stream's state after the step."""
+        loss_sum = torch.zeros((), device=self.device)
+        # Every stream is read at least once a step (accum >= len(loaders)), so each
+        # slot holds that stream's state after its last micro-batch of this step.
+        data_state: list[Any] = [None] * len(loaders)
+        for micro in range(self.accum):
+            stream = micro % len(loaders)
+            x, y, data_state[stream] = next(loaders[stream])
+            sync = self.ddp is None or micro == self.accum - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():  # type: ignore[union-attr]
+                with devices.autocast(self.device, self.spec.dtype):
+                    loss = self.step_module(x, y)
+                (loss / self.accum).backward()
+            loss_sum += loss.detach().float()
+        return float(loss_sum.item()) / self.accum, data_state
+
+    def _zero_grads(self) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+
     # -------------------------------------------------------------- the loop
 
     def run(self) -> dict[str, Any]:
@@ -312,7 +353,6 @@ class Trainer:
             prior_excluded_seconds=self.prior_excluded,
         )
         loaders = self._make_loaders()
-        sched = r["schedule"]
         peak = self.spec.peak_flops * self.info.world_size if self.spec.peak_flops else None
         max_loss = float(run_cfg["max_loss"])
         log_every = int(run_cfg["log_every_steps"])
@@ -331,40 +371,14 @@ class Trainer:
                 stop_reason = limit
                 break
             clock.step_started()
-            lrm = lr_multiplier(
-                self._progress(clock),
-                sched["warmup_frac"],
-                sched["warmdown_frac"],
-                sched["final_lr_frac"],
-            )
-            mom = muon_momentum(
-                self.step,
-                o["muon_momentum_warmup_start"],
-                o["muon_momentum"],
-                o["muon_momentum_warmup_steps"],
-            )
-            apply_schedule(self.optimizers, lrm, mom)
-            loss_sum = torch.zeros((), device=self.device)
-            # Every stream is read at least once a step (accum >= len(loaders)), so each
-            # slot holds that stream's state after its last micro-batch of this step.
-            step_data_state: list[Any] = [None] * len(loaders)
-            for micro in range(self.accum):
-                stream = micro % len(loaders)
-                x, y, step_data_state[stream] = next(loaders[stream])
-                sync = self.ddp is None or micro == self.accum - 1
-                with contextlib.nullcontext() if sync else self.ddp.no_sync():  # type: ignore[union-attr]
-                    with devices.autocast(self.device, self.spec.dtype):
-                        loss = self.step_module(x, y)
-                    (loss / self.accum).backward()
-                loss_sum += loss.detach().float()
-            local_loss = float(loss_sum.item()) / self.accum
+            lrm = self._apply_schedule(clock)
+            local_loss, step_data_state = self._accumulate_gradients(loaders)
             bad_local = not math.isfinite(local_loss) or local_loss > max_loss
             (bad,) = distributed.any_true([bad_local], self.device)
             if bad:
                 # The update from this loss is never applied: the weights are still those
                 # that every earlier (finite) step produced.
-                for opt in self.optimizers:
-                    opt.zero_grad(set_to_none=True)
+                self._zero_grads()
                 status, stop_reason, diverged_step = "diverged", "diverged", self.step + 1
                 last_loss = local_loss
                 if self._weights_finite():
@@ -381,8 +395,7 @@ class Trainer:
             clip_grad_norm(self.model.parameters(), float(o["grad_clip"]))
             for opt in self.optimizers:
                 opt.step()
-            for opt in self.optimizers:
-                opt.zero_grad(set_to_none=True)
+            self._zero_grads()
             devices.synchronize(self.device)
             self.step += 1
             self.tokens += self.tokens_per_step
