@@ -10,6 +10,7 @@ import pytest
 
 from trnfrontier.kit import summary
 from trnfrontier.kit.logs import PrintedRun
+from trnfrontier.verify.budget import account_log
 
 
 def _step_log(path: Path, start: float, times: list[float], stale: bool = False) -> Path:
@@ -25,7 +26,7 @@ def _step_log(path: Path, start: float, times: list[float], stale: bool = False)
 def test_charged_per_step_follows_the_organisers_rule(tmp_path: Path, prepare_module: ModuleType) -> None:
     # Startup (to step 5) takes 1000 s, more than the 900 s cap: 100 s of it is charged.
     log = _step_log(tmp_path / "steps.jsonl", 100.0, [400, 700, 900, 1000, 1100, 1110, 1120], stale=True)
-    accounting, how = summary.budget(log, prepare_module)
+    accounting, how = account_log(log, prepare_module)
     assert how == "prepare.budget_accounting"
     assert accounting == prepare_module.budget_accounting(str(log))
     charged = summary.charged_by_step(log, accounting)
@@ -35,11 +36,11 @@ def test_charged_per_step_follows_the_organisers_rule(tmp_path: Path, prepare_mo
 
 
 def test_missing_or_broken_step_log_says_why(tmp_path: Path, prepare_module: ModuleType) -> None:
-    accounting, why = summary.budget(tmp_path / "absent.jsonl", prepare_module)
+    accounting, why = account_log(tmp_path / "absent.jsonl", prepare_module)
     assert accounting is None and "never called prepare.record_step_boundary" in why
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"step": 1, "time": 3}\n')
-    accounting, why = summary.budget(bad, prepare_module)
+    accounting, why = account_log(bad, prepare_module)
     assert accounting is None and why.startswith("step log unusable")
 
 

@@ -45,6 +45,7 @@ from trnfrontier.runtime.trainer import (
     SUMMARY_FILE,
     versions,
 )
+from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.dryrun import KIT_CHECKPOINT
 from trnfrontier.verify.launch import LNC_CHOICES, NPROC_CHOICES
 
@@ -194,7 +195,7 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
     rank0 = rank_logs.get(0)
     printed = logs.read_printed([rank0.stdout, rank0.stderr] if rank0 else [])
     step_log = run_dir / STEP_LOG_FILE
-    accounting, how = summary.budget(step_log, contract.module)
+    accounting, how = account_log(step_log, contract.module)
     charged = summary.charged_by_step(step_log, accounting) if accounting else {}
     summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
     checkpoint = find_checkpoint(plan.cwd, began - 1.0, run_dir)

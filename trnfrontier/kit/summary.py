@@ -1,7 +1,7 @@
 """summary.json and metrics.jsonl for a kit-mode run, under the names recipe runs use.
 
 The budget numbers come from the step-boundary log through the organisers' own
-``prepare.budget_accounting`` (``trnfrontier.verify.budget.account``). Per-step
+``prepare.budget_accounting`` (``trnfrontier.verify.budget.account_log``). Per-step
 ``charged_seconds`` in metrics.jsonl apply the same rule at each boundary: until the
 startup boundary everything elapsed is startup (excluded up to the cap), after it the
 excluded part is fixed.
@@ -10,25 +10,14 @@ excluded part is fixed.
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from trnfrontier.kit.logs import PrintedRun
 from trnfrontier.runtime.metrics import MetricsWriter
-from trnfrontier.verify.budget import STARTUP_CAP_SECONDS, BudgetLogError, account, read_boundaries
+from trnfrontier.verify.budget import STARTUP_CAP_SECONDS, read_boundaries
 
 # Summary fields a recipe run has that a kit run can only learn from what the script prints.
 PRINTED_FIELDS = ("final_loss", "tokens_per_second", "mfu", "tokens", "params", "reported_val_bpb")
-
-
-def budget(step_log: Path, prepare: ModuleType | None) -> tuple[dict[str, Any] | None, str]:
-    """(accounting, how) of the step log, or (None, why not)."""
-    if not step_log.is_file():
-        return None, "no step log: train.py never called prepare.record_step_boundary()"
-    try:
-        return account(step_log, prepare)
-    except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
-        return None, f"step log unusable: {exc}"
 
 
 def charged_by_step(step_log: Path, accounting: dict[str, Any]) -> dict[int, float]:

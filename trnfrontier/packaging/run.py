@@ -17,7 +17,7 @@ from typing import Any
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, STEP_LOG_FILE, SUMMARY_FILE
-from trnfrontier.verify.budget import BudgetLogError, account
+from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.checkpoint import CheckpointError, scan_safetensors
 from trnfrontier.verify.pins import Pins
 
@@ -123,10 +123,9 @@ def log_budget_reason(step_log: Path) -> str | None:
         prepare = load_contract().module
     except TrnfError:
         prepare = None  # verify's documented formula then
-    try:
-        accounting, how = account(step_log, prepare)
-    except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
-        return f"step-boundary log unusable ({exc})"
+    accounting, how = account_log(step_log, prepare)
+    if accounting is None:
+        return how
     if accounting["over_budget"]:
         return f"over budget by {how}: charged {float(accounting['charged_seconds']):.1f} s"
     return None

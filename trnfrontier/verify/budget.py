@@ -92,3 +92,13 @@ def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str
     excluded = int(getattr(prepare, "TRAIN_STARTUP_STEPS_EXCLUDED", STARTUP_STEPS_EXCLUDED))
     cap = float(getattr(prepare, "TRAIN_STARTUP_ALLOWANCE_CAP_SECONDS", STARTUP_CAP_SECONDS))
     return documented_accounting(path, budget, excluded, cap), "the documented formula (prepare.py has no budget_accounting)"
+
+
+def account_log(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any] | None, str]:
+    """(accounting, which implementation) of the step log at ``path``, or (None, why there is none)."""
+    if not path.is_file():
+        return None, "no step log: train.py never called prepare.record_step_boundary()"
+    try:
+        return account(path, prepare)
+    except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"step log unusable: {exc}"
