@@ -340,3 +340,44 @@ def test_live_view_renders_before_and_during_a_run(tmp_path: Path) -> None:
     text = console.export_text()
     assert "starting" in text and "5.4321" in text and "12,345" in text and "30.0 / 120 s" in text
     assert "90.0 s" in text and "1.2345" in text and "31.0%" in text
+
+
+def test_sigterm_to_trnf_stops_the_run_like_ctrl_c(tmp_path: Path) -> None:
+    """`kill` / `timeout` / a cancelled CI job: no training process is left running, orphaned."""
+    import signal
+
+    pids = tmp_path / "pids.txt"
+    plan = _plan_with(
+        tmp_path,
+        f"""
+        import json, os, sys, time
+        from pathlib import Path
+        run = Path(sys.argv[1])
+        Path({str(pids)!r}).write_text(str(os.getpid()))
+        with open(run / "metrics.jsonl", "a") as m:
+            m.write(json.dumps({{"step": 1, "loss": 1.0, "lr": 0.1, "charged_seconds": 1}}) + "\\n")
+        time.sleep(600)
+    """,
+    )
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def sigterm(record):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this
+
+    with pytest.raises(KeyboardInterrupt):
+        training.run_plan(plan, live=False, on_record=sigterm, poll_seconds=0.02)
+    assert signal.getsignal(signal.SIGTERM) is previous  # restored after the run
+    child = int(pids.read_text())
+
+    def gone() -> bool:  # a zombie awaiting its reaper counts as gone
+        try:
+            with open(f"/proc/{child}/stat") as stat:
+                return stat.read().split(")")[-1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    deadline = time.time() + 20
+    while not gone() and time.time() < deadline:
+        time.sleep(0.1)
+    assert gone(), "the training process was left running"

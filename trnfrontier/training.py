@@ -12,10 +12,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,8 @@ RUNS_DIR = Path("runs")
 LOG_FILE = "train.log"
 # How long the workers get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_SECONDS = 10.0
+# What --name may be: one directory under runs/ (the recipe schema's name pattern).
+RUN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @dataclass
@@ -83,6 +89,11 @@ def plan_new_run(
     """Validate the recipe (with overrides) and choose a run directory that does not exist yet."""
     if out is not None and name is not None:
         raise UsageError("give --out DIR or --name NAME, not both")
+    if name is not None and (not RUN_NAME.fullmatch(name) or name in (".", "..")):
+        raise UsageError(
+            f"--name {name!r}: a run name is letters, digits, '_', '.' and '-' (the run goes to runs/NAME); "
+            "for another place give --out DIR"
+        )
     extra = list(overrides)
     if nproc is not None:
         extra.append(f"runtime.nproc={nproc}")
@@ -306,10 +317,38 @@ def live_view(
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
     """End the child and everything it started (torchrun runs each worker in its own
-    session, so its process group alone does not reach them): TERM, then KILL."""
+    session, so its process group alone does not reach them): TERM, then KILL. A second
+    Ctrl-C or SIGTERM meanwhile is ignored: it would abandon the workers half-way."""
     if proc.poll() is not None:
         return
-    processes.stop_tree(proc, grace=TERMINATE_GRACE_SECONDS)
+    with _signals_ignored():
+        processes.stop_tree(proc, grace=TERMINATE_GRACE_SECONDS)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_as_interrupt() -> Any:
+    """While the child runs, SIGTERM to trnf (`kill`, `timeout`, a cancelled CI job) stops it
+    like Ctrl-C; by default trnf would die at once and leave the workers, in their own
+    session, running. Returns the handler to restore (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        yield
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
 
 
 def run_plan(
@@ -350,6 +389,7 @@ def run_plan(
             if live and console.is_terminal
             else None
         )
+        previous_sigterm = _sigterm_as_interrupt()
         try:
             if display is not None:
                 display.start()
@@ -388,6 +428,8 @@ def run_plan(
             _terminate(proc)
             raise
         finally:
+            if previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, previous_sigterm)
             if display is not None:
                 display.stop()
     returncode = proc.returncode

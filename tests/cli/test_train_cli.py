@@ -128,6 +128,8 @@ def test_diverged_run_exits_non_zero_naming_the_step(
         (["no_such_recipe"], "not found"),
         ([], "give a RECIPE"),
         (["--resume", "/nonexistent/run"], "no such directory"),
+        (["cpu_smoke", "--name", "../elsewhere"], "--name '../elsewhere': a run name is"),
+        (["cpu_smoke", "--name", "two words"], "--name 'two words': a run name is"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
