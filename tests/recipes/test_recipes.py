@@ -145,6 +145,25 @@ def test_missing_recipe_is_a_clear_error() -> None:
         load_recipe("no_such_recipe")
 
 
+def test_a_key_written_twice_is_refused_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: x\noptim:\n  matrix_lr: 0.02\n  matrix_lr: 0.03\n")
+    with pytest.raises(TrnfError) as info:
+        load_recipe(path)
+    assert info.value.exit_code == 2
+    assert "line 4" in str(info.value) and "'matrix_lr' appears twice" in str(info.value)
+    # A YAML merge key may still be overridden: only keys written in one mapping count.
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("name: x\nmodel:\n  <<: {depth: 2, n_embd: 128, head_dim: 32}\n  depth: 3\n")
+    assert load_recipe(merged).model.depth == 3
+
+
+def test_a_directory_is_not_a_recipe(tmp_path: Path) -> None:
+    with pytest.raises(TrnfError, match="is a directory") as info:
+        load_recipe(tmp_path)
+    assert info.value.exit_code == 2
+
+
 def test_resolved_recipe_is_plain_data_with_every_key() -> None:
     data = resolved(load_recipe("cpu_smoke"))
     assert json.loads(json.dumps(data)) == data

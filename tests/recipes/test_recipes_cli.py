@@ -82,3 +82,16 @@ def test_schema_is_json_schema(capsys, tmp_path: Path) -> None:
     target = tmp_path / "schema.json"
     code, _, _ = run_cli(["recipes", "schema", "-o", str(target)], capsys)
     assert code == 0 and json.loads(target.read_text()) == schema
+
+
+def test_schema_to_an_unwritable_place_is_one_line(capsys, tmp_path: Path) -> None:
+    code, _, err = run_cli(["recipes", "schema", "-o", str(tmp_path)], capsys)
+    assert code == 2 and err.strip() == f"trnf: error: --output {tmp_path}: is a directory; give a file name (e.g. recipe.schema.json)"
+    code, _, err = run_cli(["recipes", "schema", "-o", str(tmp_path / "missing" / "schema.json")], capsys)
+    assert code == 1 and err.count("\n") == 1 and "cannot write it" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_show_with_an_override_missing_its_value_says_how_overrides_look(capsys) -> None:
+    code, _, err = run_cli(["recipes", "show", "cpu_smoke", "optim.matrix_lr"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "key.path=value" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -10,7 +11,13 @@ from rich.table import Table
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.recipes.describe import count_params, json_schema, resolved, resolved_yaml
+from trnfrontier.recipes.describe import (
+    count_params,
+    json_schema,
+    resolved,
+    resolved_yaml,
+    write_json_schema,
+)
 from trnfrontier.recipes.loading import load_recipe
 from trnfrontier.recipes.registry import shipped_recipes
 
@@ -73,7 +80,8 @@ def show_command(
     refs, overrides = _split(args)
     if len(refs) != 1:
         raise UsageError(
-            f"`trnf recipes show` takes one recipe, got {len(refs)}: {' '.join(refs) or '(none)'}"
+            f"`trnf recipes show` takes one recipe, got {len(refs)}: {' '.join(refs) or '(none)'} "
+            "(overrides after it are key.path=value)"
         )
     recipe = load_recipe(refs[0], overrides)
     if json_output:
@@ -122,14 +130,12 @@ def validate_command(
 
 @app.command("schema")
 def schema_command(
-    output: str | None = typer.Option(
+    output: Path | None = typer.Option(
         None, "--output", "-o", help="Write to this file instead of stdout."
     ),
 ) -> None:
     """The recipe's JSON Schema, for editor completion and validation."""
-    text = json_schema() + "\n"
     if output:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_json_schema(output)
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(json_schema() + "\n")

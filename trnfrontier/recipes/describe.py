@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from trnfrontier.errors import TrnfError
 from trnfrontier.recipes.schema import Recipe
 
 
@@ -36,3 +39,16 @@ def json_schema() -> str:
     schema.setdefault("$schema", "https://json-schema.org/draft/2020-12/schema")
     schema.setdefault("title", "trnf recipe")
     return json.dumps(schema, indent=2, sort_keys=False)
+
+
+def write_json_schema(path: Path) -> None:
+    """The schema into ``path``, whole or not at all (a temporary file beside it, then a rename)."""
+    if path.is_dir():
+        raise TrnfError(f"--output {path}: is a directory; give a file name (e.g. recipe.schema.json)", exit_code=2)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json_schema() + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise TrnfError(f"--output {path}: cannot write it ({exc.strerror or exc})") from None

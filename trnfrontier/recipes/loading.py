@@ -75,11 +75,31 @@ def format_validation_error(error: ValidationError, source: str) -> str:
     return f"{source}: invalid recipe: " + "; ".join(lines)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last,
+    so `matrix_lr` written twice would silently train with the second value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` keys may be overridden: only keys written here count
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one section", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_recipe_file(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise TrnfError(f"recipe {path} is a directory; give a recipe YAML file or a shipped name", exit_code=2)
     if not path.is_file():
         raise TrnfError(f"recipe {path} not found; `trnf recipes list` shows the shipped ones", exit_code=2)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
