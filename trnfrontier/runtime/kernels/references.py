@@ -35,7 +35,7 @@ def rmsnorm(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """(y, rstd): y = x * rstd, rstd = rsqrt(mean(x^2) + eps) over the last dim (rstd keeps a size-1 last dim)."""
     xf = x.to(acc_dtype(x))
     rstd = torch.rsqrt(xf.square().mean(dim=-1, keepdim=True) + eps)
-    return (xf * rstd).to(x.dtype), rstd.float() if x.dtype != torch.float64 else rstd
+    return (xf * rstd).to(x.dtype), rstd  # rstd stays in the accumulation dtype
 
 
 def rmsnorm_backward(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
@@ -61,11 +61,9 @@ def rope_qknorm(
     w = acc_dtype(x)
     z = rotate(x.to(w), cos.to(w), sin.to(w))
     if not normalize:
-        return z.to(x.dtype), torch.ones(
-            *x.shape[:-1], 1, dtype=torch.float32 if w != torch.float64 else w, device=x.device
-        )
+        return z.to(x.dtype), torch.ones(*x.shape[:-1], 1, dtype=w, device=x.device)
     rstd = torch.rsqrt(z.square().mean(dim=-1, keepdim=True) + eps)
-    return (z * rstd).to(x.dtype), rstd.float() if w != torch.float64 else rstd
+    return (z * rstd).to(x.dtype), rstd
 
 
 def rope_qknorm_backward(
