@@ -56,11 +56,7 @@ def unwrap(model: nn.Module) -> nn.Module:
     while True:
         if hasattr(model, "_orig_mod"):
             model = model._orig_mod  # type: ignore[assignment]
-        elif (
-            isinstance(model, nn.parallel.DistributedDataParallel)
-            or hasattr(model, "module")
-            and isinstance(model.module, nn.Module)
-        ):
+        elif isinstance(getattr(model, "module", None), nn.Module):  # DDP and the like
             model = model.module  # type: ignore[assignment]
         else:
             return model
