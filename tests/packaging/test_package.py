@@ -13,7 +13,7 @@ from tests.packaging.conftest import edit_summary
 from tests.verify import verify_kit
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError
-from trnfrontier.packaging.build import package_run
+from trnfrontier.packaging.build import package_run, screen_reasons
 from trnfrontier.packaging.writeup import FACTS_MARKER
 from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.dryrun import build_clean_env
@@ -160,6 +160,19 @@ def test_over_budget_by_the_step_log_alone_is_refused(run_copy: Path, tmp_path: 
     )
     with pytest.raises(TrnfError, match="over budget by prepare.budget_accounting"):
         package_run(run_copy, tmp_path / "s.tar")
+
+
+def test_screen_reasons_are_verifys_findings(tmp_path: Path) -> None:
+    """Packaging screens with verify's own screen: a non-UTF-8 helper is a finding, not a crash."""
+    helper = tmp_path / "helper.py"
+    helper.write_bytes(b"x = '\xff'\n")
+    assert screen_reasons({"train.py": b"def load_for_eval(p, d):\n    return None\n", "helper.py": helper}) == [
+        "static screen: helper.py: is not UTF-8 text"
+    ]
+    assert screen_reasons({"train.py": b"import socket\n"}) == [
+        "static screen: train.py:1: imports socket (network or process use is not allowed)",
+        "static screen: train.py: does not define load_for_eval(checkpoint_path, device)",
+    ]
 
 
 def test_no_final_checkpoint_is_refused_even_with_force(run_copy: Path, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from trnfrontier.packaging.writeup import (
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.verify.launch import NPROC_CHOICES, LaunchError, launch_line, parse_launch
 from trnfrontier.verify.pins import load_pins
-from trnfrontier.verify.screen import local_modules, screen_source
+from trnfrontier.verify.screen import screen_members
 
 BASELINE_RECIPE = "baseline_d10"
 
@@ -132,25 +132,13 @@ def kernel_members(names: list[str]) -> dict[str, Path | bytes]:
 
 def screen_reasons(members: dict[str, Path | bytes]) -> list[str]:
     """verify's static screen over every .py the archive would ship (one reason per finding)."""
-    names = sorted(members)
-    local = local_modules(names)
-    reasons = []
-    for name in names:
-        if not name.endswith(".py"):
-            continue
+
+    def read_text(name: str) -> str:
         source = members[name]
-        text = (
-            source.decode("utf-8")
-            if isinstance(source, bytes)
-            else Path(source).read_text(encoding="utf-8")
-        )
-        result = screen_source(text, name, local)
-        reasons += [f"static screen: {finding}" for finding in result.findings]
-        if name == fmt.TRAIN_PY and not result.defines_load_for_eval:
-            reasons.append(
-                "static screen: train.py does not define load_for_eval(checkpoint_path, device)"
-            )
-    return reasons
+        return source.decode("utf-8") if isinstance(source, bytes) else Path(source).read_text(encoding="utf-8")
+
+    findings, _ = screen_members(members, read_text)
+    return [f"static screen: {finding}" for finding in findings]
 
 
 def size_problems(members: dict[str, Path | bytes]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,13 +259,19 @@ def screen_source(source: str, file: str, local: set[str]) -> ScreenResult:
 
 def screen_files(root: Path, names: list[str]) -> tuple[list[Finding], bool]:
     """Screen every .py member under ``root``; returns the findings and whether train.py defines load_for_eval."""
+    return screen_members(names, lambda name: root.joinpath(*name.split("/")).read_text(encoding="utf-8"))
+
+
+def screen_members(names: Iterable[str], read_text: Callable[[str], str]) -> tuple[list[Finding], bool]:
+    """Screen every .py member of ``names`` (``read_text(name)``: its UTF-8 source, raising
+    UnicodeDecodeError when it is not); the findings and whether train.py defines load_for_eval."""
+    names = list(names)
     local = local_modules(names)
     findings: list[Finding] = []
     has_load = False
     for name in sorted(n for n in names if n.endswith(".py")):
-        path = root.joinpath(*name.split("/"))
         try:
-            source = path.read_text(encoding="utf-8")
+            source = read_text(name)
         except UnicodeDecodeError:
             findings.append(Finding(name, 0, "is not UTF-8 text"))
             continue
