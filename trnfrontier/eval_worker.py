@@ -91,13 +91,20 @@ def _explain_load_failure(target: str, exc: BaseException) -> WorkerError:
     ``target`` names the loader for kit checkpoints; for trnf checkpoints it is empty,
     since `trnf eval` prefixes every message with the path it was given."""
     where = f"{target}: " if target else ""
-    if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc) or "Unsupported global" in str(exc):
+    text = str(exc)
+    # torch.load(weights_only=True) names the class it refused ("Unsupported global"); any
+    # other unpickling failure (a text file, a bare pickle) means the bytes are no checkpoint.
+    if "Unsupported global" in text:
         return WorkerError(
             "pickled-object",
             f"{where}the checkpoint holds pickled Python objects, not only tensors; refusing to unpickle it "
             "(save a state_dict / safetensors instead)",
         )
-    if isinstance(exc, (zipfile.BadZipFile, EOFError)) or "failed finding central directory" in str(exc):
+    if (
+        isinstance(exc, (zipfile.BadZipFile, EOFError, pickle.UnpicklingError))
+        or "weights_only" in text
+        or "failed finding central directory" in text
+    ):
         return WorkerError("load", f"{where}not a readable checkpoint (truncated or not a torch/safetensors file)")
     if isinstance(exc, FileNotFoundError):
         return WorkerError("load", f"{where}{_one_line(exc)}")
@@ -128,6 +135,8 @@ def read_trnf_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, torch.Te
 
     try:
         return read_model_file(path)
+    except FileNotFoundError as exc:  # a folder without a checkpoint; `trnf eval` prefixes the path
+        raise WorkerError("load", str(exc).removeprefix(f"{path}: ")) from None
     except Exception as exc:
         raise _explain_load_failure("", exc) from None
 

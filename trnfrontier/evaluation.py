@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -72,6 +73,21 @@ def parse_tokens(value: str, prepare: Any) -> int:
     if count < 1:
         raise UsageError(f"--tokens {value}: must be positive")
     return count
+
+
+def check_device(name: str) -> None:
+    """Refuse a --device name torch cannot parse, before any worker starts (whether the
+    device is present is the worker's to find out, where it loads the model)."""
+    if re.fullmatch(r"auto|(cpu|cuda|neuron)(:\d+)?", name):
+        return
+    import torch
+
+    try:
+        torch.device(name)
+    except RuntimeError:
+        raise UsageError(
+            f"--device {name}: unknown device; use cpu, cuda, neuron or auto (or an indexed one, e.g. cuda:1)"
+        ) from None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -235,6 +251,7 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Any = None) 
     """Score every target in its own process; the JSON document `trnf eval --json` prints."""
     if not targets:
         raise UsageError("give at least one PATH (run dir, checkpoint dir or file) or --train-py with --checkpoint")
+    check_device(options.device)
     contract = load_contract()
     prepare = contract.module
     for name in ("evaluate_bpb", "causality_check", "ensure_tokenizer", "EVAL_SEQ_LEN", "EVAL_TOKENS_PUBLIC"):

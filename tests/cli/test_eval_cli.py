@@ -193,15 +193,21 @@ def _bad_input_cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     no_loader = tmp_path / "no_loader" / "train.py"
     no_loader.parent.mkdir()
     no_loader.write_text("import torch\n")
+    text = tmp_path / "text" / "final.pt"
+    text.parent.mkdir()
+    text.write_text("not a checkpoint\n")
     return {
         "pickled": ([str(pickled)], "pickled Python objects"),
         "garbage": ([str(garbage)], "not a safetensors file"),
         "missing": ([str(tmp_path / "nope")], "no such file"),
         "no_loader": (["--train-py", str(no_loader), "--checkpoint", str(garbage)], "load_for_eval"),
+        # Bytes that are no pickle at all are not "pickled Python objects".
+        "text": ([str(text)], "not a readable checkpoint (truncated or not a torch/safetensors file)"),
+        "not_a_run": ([str(tmp_path / "no_loader")], f"trnf: error: {tmp_path / 'no_loader'}: holds no model.safetensors"),
     }
 
 
-@pytest.mark.parametrize("case", ["pickled", "garbage", "missing", "no_loader"])
+@pytest.mark.parametrize("case", ["pickled", "garbage", "missing", "no_loader", "text", "not_a_run"])
 def test_unloadable_input_is_one_clear_line(case: str, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args, expected = _bad_input_cases(tmp_path)[case]
     code, out, err = run_cli(["eval", *args, *FAST], capsys)
@@ -217,12 +223,14 @@ def test_unloadable_input_is_one_clear_line(case: str, sample_home: Path, tmp_pa
         (["--tokens", "many"], "--tokens"),
         (["--train-py", "x.py"], "--checkpoint"),
         ([], "at least one PATH"),
+        (["--device", "banana"], "--device banana: unknown device; use cpu, cuda, neuron or auto"),
     ],
 )
 def test_usage_errors(args: list[str], expected: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    target = [str(tmp_path)] if args and args[0] == "--tokens" else []
+    target = [str(tmp_path)] if args and args[0] in ("--tokens", "--device") else []
     code, _, err = run_cli(["eval", *target, *args], capsys)
     assert code == 2 and expected in err
+    assert "evaluating" not in err  # refused before any worker started
 
 
 def test_evaluation_over_the_timeout_is_reported(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
