@@ -86,12 +86,20 @@ def test_a_recipe_that_does_not_fit_is_one_line(tmp_path: Path, capsys: pytest.C
         (["{tiny}", "other.yaml"], "--compare"),
         (["--compare", "{tiny}"], "exactly two recipes"),
         ([], "RECIPE"),
+        (["{tiny}", "--device", "banana"], "--device banana: unknown device; choose auto, cpu, cuda, neuron"),
+        (["--kernels", "--device", "banana"], "--device banana: unknown device"),
+        (["{tiny}", "--trace", "{dir}"], "is a directory; give the trace's file name"),
+        (["{tiny}", "--trace", "{file}/trace.json"], "cannot create its folder"),
     ],
 )
 def test_bad_input_is_a_usage_error(args: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tiny = recipe(tmp_path)
-    code, _, err = run_cli(["profile", *(a.format(tiny=tiny) for a in args)], capsys)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    code, _, err = run_cli(["profile", *(a.format(tiny=tiny, dir=folder, file=tiny) for a in args)], capsys)
     assert code == 2 and expected in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "profiling" not in err  # refused before any model was built
+    assert folder.is_dir() and list(folder.iterdir()) == []  # a --trace folder is left as it was
 
 
 def test_kernels_table_is_wired_to_the_kernel_benchmark(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,6 +32,7 @@ def command(
     from trnfrontier.profiling import compare as compare_mod
     from trnfrontier.profiling import report, run
 
+    run.check_options(device, trace)
     if kernels:
         _kernels(device or "auto", json_output)
         return

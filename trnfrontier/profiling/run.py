@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trnfrontier.errors import TrnfError
+from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.profiling import flops, phases
 from trnfrontier.recipes import Recipe
 from trnfrontier.runtime import devices
@@ -32,6 +32,7 @@ from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
 # Bytes per parameter a step holds besides activations: fp32 weight and gradient, AdamW's
 # two moments (Muon keeps one; the larger is assumed).
 _BYTES_PER_PARAM = 16
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "neuron")
 _OOM_MARKERS = ("out of memory", "failed to allocate", "cannot allocate memory", "resource_exhausted", "oom")
 
 
@@ -58,6 +59,20 @@ class Setup:
 
     def sync(self) -> None:
         devices.synchronize(self.spec.device)
+
+
+def check_options(device: str | None, trace: Path | None) -> None:
+    """Command-line choices that cannot work, refused before a model is built (exit 2)."""
+    if device is not None and device not in DEVICE_CHOICES:
+        raise UsageError(f"--device {device}: unknown device; choose {', '.join(DEVICE_CHOICES)}")
+    if trace is None:
+        return
+    if trace.is_dir():
+        raise UsageError(f"--trace {trace}: is a directory; give the trace's file name (e.g. profile.json)")
+    try:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--trace {trace}: cannot create its folder {trace.parent} ({exc.strerror or exc})") from None
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -251,8 +266,11 @@ def top_operators(setup: Setup, steps: int, top: int, trace: Path | None) -> lis
             guarded(setup, lambda: train_step(setup))
         setup.sync()
     if trace is not None:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(trace))
+        try:
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(trace))
+        except OSError as exc:
+            raise TrnfError(f"--trace {trace}: cannot write it ({exc.strerror or exc})") from None
     device_attr = "self_device_time_total" if setup.spec.type == "cuda" else None
     rows = []
     for event in prof.key_averages():
