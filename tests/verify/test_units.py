@@ -21,7 +21,7 @@ from trnfrontier.verify.launch import (
     launch_line,
     parse_launch,
 )
-from trnfrontier.verify.pins import load_pins
+from trnfrontier.verify.pins import Pin, load_pins
 from trnfrontier.verify.screen import screen_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,6 +176,14 @@ def test_default_pins_are_the_project_prepare_and_skip_without_a_tokenizer(tmp_p
     tokenizer = report.get("pin:tokenizer")
     assert tokenizer.verdict == "skip" and not tokenizer.required and tokenizer.ok
     assert report.ok, [c for c in report.checks if not c.ok]
+
+
+def test_pin_matches_only_its_own_sha256() -> None:
+    pin = Pin("ab" * 32, "test")
+    assert pin.matches("ab" * 32) and pin.matches("AB" * 32)
+    for other in ("ab" * 31, "cd" * 32, None, 0, ["ab" * 32], ""):
+        assert not pin.matches(other), other
+    assert not Pin(None, "nothing pinned").matches("ab" * 32)
 
 
 def test_pins_file_in_trnf_home_is_used(tmp_path: Path, monkeypatch) -> None:

@@ -108,7 +108,7 @@ def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list
     ):
         if pin.sha256 is None:
             continue
-        if not isinstance(used, str) or used.lower() != pin.sha256:
+        if not pin.matches(used):
             reasons.append(
                 f"{what} SHA256 {str(used)[:16]}... is not the pinned {pin.sha256[:16]}... ({pin.source})"
             )

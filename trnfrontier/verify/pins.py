@@ -27,6 +27,10 @@ class Pin:
     sha256: str | None
     source: str  # where the value came from, or why there is none
 
+    def matches(self, value: object) -> bool:
+        """Whether ``value`` (a recorded or claimed SHA256, any case) is this pin; never when nothing is pinned."""
+        return self.sha256 is not None and isinstance(value, str) and value.lower() == self.sha256
+
 
 @dataclass(frozen=True)
 class Pins:

@@ -73,7 +73,7 @@ def _trusted_prepare() -> _Trusted:
 def _pin_check(name: str, pin: Pin, claimed: Any, *, required: bool) -> Check:
     if pin.sha256 is None:
         return skipped(name, pin.source, required=required) if not required else failed(name, pin.source)
-    if not isinstance(claimed, str) or claimed.lower() != pin.sha256:
+    if not pin.matches(claimed):
         return failed(name, f"manifest has {str(claimed)[:16]}..., pinned {pin.sha256[:16]}... ({pin.source})")
     return passed(name, f"{pin.sha256[:16]}... matches ({pin.source})")
 
