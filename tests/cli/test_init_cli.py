@@ -147,3 +147,11 @@ def test_init_output_through_kit_mode_train_then_package_from_the_run_dir(
     assert json.loads(stdout)["launch"] == LAUNCH
     report = verify_archive(out, Options())
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
+
+
+def test_init_where_nothing_can_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a folder")
+    code, out, err = run_cli(["init", str(blocker / "entry")], capsys)
+    assert code == 1 and out == ""
+    assert err.strip() == f"trnf: error: {blocker / 'entry'}: cannot write train.py there (Not a directory); choose a writable directory"

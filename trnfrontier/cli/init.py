@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from trnfrontier.console import out
-from trnfrontier.errors import UsageError
+from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.build import launch_for
 from trnfrontier.packaging.trainpy import render_train_py
 from trnfrontier.recipes.loading import load_recipe
@@ -62,11 +62,14 @@ def command(
         raise UsageError(f"{', '.join(existing)} already exist(s); pass --force to overwrite")
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory}: exists and is not a directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    for path, text in targets.items():
-        tmp = path.with_name(f".tmp-{path.name}")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in targets.items():
+            tmp = path.with_name(f".tmp-{path.name}")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+    except OSError as exc:
+        raise TrnfError(f"{directory}: cannot write train.py there ({exc.strerror or exc}); choose a writable directory") from None
     out().print(
         f"wrote {directory / 'train.py'} ({len(source.encode()):,} bytes, recipe {resolved['name']}) and {directory / 'README.md'}"
     )
