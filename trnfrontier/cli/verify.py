@@ -35,6 +35,8 @@ def command(
     steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
 ) -> int:
     """Check a submission archive; exit 0 only if every required check passes."""
+    if archive.is_dir():
+        raise UsageError(f"{archive}: is a directory; give the path of a submission archive (trnf package writes one)")
     if not archive.is_file():
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps)
