@@ -23,8 +23,3 @@ class UsageError(TrnfError):
     """The command line itself is wrong (exit 2, like argparse and Typer)."""
 
     exit_code = 2
-
-
-def not_built(command: str, issue: int) -> TrnfError:
-    """The error for a command whose capability has not landed yet."""
-    return TrnfError(f"`trnf {command}` is not built yet (tracked in issue #{issue}); nothing was done")
