@@ -106,14 +106,7 @@ def plan_new_run(
             f"(or --out DIR), or continue it with `trnf train --resume {run_dir}`",
             exit_code=2,
         )
-    check_can_train(recipe)
-    return RunPlan(
-        recipe=recipe,
-        run_dir=run_dir,
-        resume=False,
-        command=launch_command(run_dir, recipe, resume=False),
-        env=launch_env(recipe),
-    )
+    return _checked_plan(recipe, run_dir, resume=False)
 
 
 def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -> RunPlan:
@@ -158,12 +151,16 @@ def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -
             f"--resume {run_dir}: no complete checkpoint under checkpoints/ (run.checkpoint_every_seconds decides how often they are written)",
             exit_code=2,
         )
+    return _checked_plan(recipe, run_dir, resume=True)
+
+
+def _checked_plan(recipe: Recipe, run_dir: Path, *, resume: bool) -> RunPlan:
     check_can_train(recipe)
     return RunPlan(
         recipe=recipe,
         run_dir=run_dir,
-        resume=True,
-        command=launch_command(run_dir, recipe, resume=True),
+        resume=resume,
+        command=launch_command(run_dir, recipe, resume=resume),
         env=launch_env(recipe),
     )
 
