@@ -19,6 +19,13 @@ def err() -> Console:
     return Console(file=sys.stderr, highlight=False, soft_wrap=True)
 
 
+def keep_wide(console: Console, columns: int) -> None:
+    """Piped or captured (not a terminal): at least ``columns`` wide, so that table cells
+    (hashes, paths, operator names) print whole instead of folding."""
+    if not console.is_terminal:
+        console.width = max(console.width, columns)
+
+
 def print_json(document: Any) -> None:
     """One JSON document on stdout, for scripts and CI."""
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")

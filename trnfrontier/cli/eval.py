@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from trnfrontier.console import err, out, print_json
+from trnfrontier.console import err, keep_wide, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 
 
@@ -32,8 +32,7 @@ def _checks(result: dict[str, Any]) -> str:
 def render(document: dict[str, Any], console: Console) -> None:
     """The table, sorted by val_bpb, with the delta to the best valid score."""
     results = document["results"]
-    if not console.is_terminal:
-        console.width = max(console.width, 200)  # piped or captured: keep full cells, never fold hashes
+    keep_wide(console, 200)
     table = Table(title=f"trusted evaluate_bpb on {document['split']} (prepare.py {document['prepare_path']})")
     for column in ("path", "val_bpb", "Δ best", "tokens", "bytes", "params", "eval s", "causal", "prepare.py SHA256", "tokenizer SHA256"):
         table.add_column(column, justify="left" if column in ("path", "causal") or "SHA" in column else "right")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from trnfrontier.console import err, out, print_json
+from trnfrontier.console import err, keep_wide, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes import load_recipe
 
@@ -93,8 +93,7 @@ def _kernels(device: str, json_output: bool) -> None:
         print_json({"device": str(resolved), "kernels": rows})
         return
     console = out()
-    if not console.is_terminal:
-        console.width = max(console.width, 160)
+    keep_wide(console, 160)
     table = Table(title=f"kernels on {resolved} (each against its PyTorch reference, same run)")
     for column in ("kernel", "shape", "dtype", "impl", "kernel time", "reference time", "speedup", "achieved", "of peak"):
         table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "impl") else "right")

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trnfrontier.console import keep_wide
 from trnfrontier.profiling.phases import PHASES
 
 
@@ -23,13 +24,8 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f} ms"
 
 
-def _wide(console: Console) -> None:
-    if not console.is_terminal:
-        console.width = max(console.width, 160)  # piped or captured: keep operator names whole
-
-
 def render_profile(result: dict[str, Any], console: Console) -> None:
-    _wide(console)
+    keep_wide(console, 160)
     console.print(
         f"[bold]profile[/bold] {result['recipe']} on {result['device']} ({result['dtype']}), "
         f"{result['steps']} measured steps after {result['warmup_steps']} warm-up; "
@@ -93,7 +89,7 @@ def ops_key(result: dict[str, Any]) -> str:
 
 
 def render_compare(result: dict[str, Any], console: Console) -> None:
-    _wide(console)
+    keep_wide(console, 160)
     table = Table(title=f"compare: {result['rounds']} alternating rounds of {result['steps_per_round']} steps (after {result['warmup_steps']} warm-up each)")
     for column in ("", "recipe", "params", "tokens/step", "step (median)", "tokens/s", "FLOPs/token"):
         table.add_column(column, justify="left" if column in ("", "recipe") else "right")
