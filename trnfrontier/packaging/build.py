@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,19 +202,9 @@ def write_archive(
         )
     if not out.parent.is_dir():
         raise UsageError(f"-o {out}: directory {out.parent} does not exist")
-    with tempfile.TemporaryDirectory(prefix="trnf-package-") as tmp:
-        files: dict[str, Path] = {}
-        for name, source in sorted(members.items()):
-            if isinstance(source, bytes):
-                staged = Path(tmp) / f"{len(files):04d}.bin"
-                staged.write_bytes(source)
-                files[name] = staged
-            else:
-                files[name] = Path(source)
-        manifest = fmt.build_manifest(files, **meta)
-        tar_members: dict[str, Path | bytes] = dict(files)
-        tar_members[fmt.MANIFEST] = fmt.manifest_bytes(manifest)
-        fmt.write_deterministic_tar(tar_members, out)
+    # Both take a member as a file path or as its bytes: nothing needs staging on disk.
+    manifest = fmt.build_manifest(members, **meta)
+    fmt.write_deterministic_tar({**members, fmt.MANIFEST: fmt.manifest_bytes(manifest)}, out)
     return PackageResult(out, manifest, out.stat().st_size)
 
 
