@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from trnfrontier.console import err, keep_wide, out, print_json
-from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.console import err, out, print_json
+from trnfrontier.errors import UsageError
 from trnfrontier.recipes import load_recipe
 
 
@@ -34,27 +34,19 @@ def command(
 
     run.check_options(device, trace)
     if kernels:
-        _kernels(device or "auto", json_output)
+        document = run.benchmark_kernels(device or "auto")
+        if json_output:
+            print_json(document)
+        else:
+            report.render_kernels(document, out())
         return
     if recipe is None:
         raise UsageError("give a RECIPE (file or shipped name), or --kernels")
-    extra = list(ctx.args)
-    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
-    others = [a for a in extra if a not in overrides]
-    unknown_options = [a for a in others if a.startswith("-")]
-    if unknown_options:
-        raise UsageError(f"unknown option {unknown_options[0]} for `trnf profile` (see trnf profile --help)")
-    if compare:
-        if len(others) != 1:
-            raise UsageError("--compare needs exactly two recipes: trnf profile --compare RECIPE_A RECIPE_B [key=value ...]")
-    elif others:
-        raise UsageError(f"unexpected argument {others[0]!r}: overrides are key.path=value; two recipes need --compare")
-    if compare and trace is not None:
-        raise UsageError("--trace profiles one recipe; drop it with --compare")
+    overrides, second = run.split_arguments(list(ctx.args), compare=compare, trace=trace)
 
     recipe_a = load_recipe(recipe, overrides)
-    if compare:
-        recipe_b = load_recipe(others[0], overrides)
+    if second is not None:
+        recipe_b = load_recipe(second, overrides)
         setup_a = run.build(recipe_a, device)
         setup_b = run.build(recipe_b, device)
         err().print(f"comparing {recipe_a.name} and {recipe_b.name} on {setup_a.spec.name} ...")
@@ -72,48 +64,3 @@ def command(
         print_json(result)
     else:
         report.render_profile(result, out())
-
-
-def _kernels(device: str, json_output: bool) -> None:
-    """`--kernels`: trnfrontier.runtime.kernels.bench's rows as a table (or its JSON)."""
-    try:
-        from trnfrontier.runtime.kernels.bench import benchmark_kernels
-    except ImportError:
-        raise TrnfError("`trnf profile --kernels` is not available yet: trnfrontier.runtime.kernels.bench has not landed") from None
-    from rich.table import Table
-
-    from trnfrontier.runtime import devices
-
-    try:
-        resolved = devices.resolve_device(device)
-    except devices.DeviceError as exc:
-        raise TrnfError(str(exc)) from None
-    rows = benchmark_kernels(resolved)
-    if json_output:
-        print_json({"device": str(resolved), "kernels": rows})
-        return
-    console = out()
-    keep_wide(console, 160)
-    table = Table(title=f"kernels on {resolved} (each against its PyTorch reference, same run)")
-    for column in ("kernel", "shape", "dtype", "impl", "kernel time", "reference time", "speedup", "achieved", "of peak"):
-        table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "impl") else "right")
-    for row in rows:
-        if row.get("achieved_tflops") is not None:
-            achieved = f"{row['achieved_tflops']:.3f} TFLOP/s"
-        elif row.get("achieved_gbps") is not None:
-            achieved = f"{row['achieved_gbps']:.2f} GB/s"
-        else:
-            achieved = "-"
-        fraction = row.get("peak_fraction")
-        table.add_row(
-            str(row.get("name")),
-            "x".join(str(d) for d in row.get("shape") or []),
-            str(row.get("dtype")),
-            str(row.get("impl")),
-            f"{row['kernel_ms']:.3f} ms",
-            f"{row['reference_ms']:.3f} ms",
-            f"x{row['speedup']:.2f}",
-            achieved,
-            f"{fraction:.1%}" if fraction is not None else "n/a",
-        )
-    console.print(table)

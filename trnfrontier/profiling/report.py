@@ -88,6 +88,34 @@ def ops_key(result: dict[str, Any]) -> str:
     return "device time" if ops and ops[0]["sorted_by"] == "self_device_us" else "host CPU time"
 
 
+def render_kernels(document: dict[str, Any], console: Console) -> None:
+    """`trnf profile --kernels`: one row per kernel benchmark."""
+    keep_wide(console, 160)
+    table = Table(title=f"kernels on {document['device']} (each against its PyTorch reference, same run)")
+    for column in ("kernel", "shape", "dtype", "impl", "kernel time", "reference time", "speedup", "achieved", "of peak"):
+        table.add_column(column, justify="left" if column in ("kernel", "shape", "dtype", "impl") else "right")
+    for row in document["kernels"]:
+        if row.get("achieved_tflops") is not None:
+            achieved = f"{row['achieved_tflops']:.3f} TFLOP/s"
+        elif row.get("achieved_gbps") is not None:
+            achieved = f"{row['achieved_gbps']:.2f} GB/s"
+        else:
+            achieved = "-"
+        fraction = row.get("peak_fraction")
+        table.add_row(
+            str(row.get("name")),
+            "x".join(str(d) for d in row.get("shape") or []),
+            str(row.get("dtype")),
+            str(row.get("impl")),
+            f"{row['kernel_ms']:.3f} ms",
+            f"{row['reference_ms']:.3f} ms",
+            f"x{row['speedup']:.2f}",
+            achieved,
+            f"{fraction:.1%}" if fraction is not None else "n/a",
+        )
+    console.print(table)
+
+
 def render_compare(result: dict[str, Any], console: Console) -> None:
     keep_wide(console, 160)
     table = Table(title=f"compare: {result['rounds']} alternating rounds of {result['steps_per_round']} steps (after {result['warmup_steps']} warm-up each)")

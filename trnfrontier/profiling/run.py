@@ -75,6 +75,39 @@ def check_options(device: str | None, trace: Path | None) -> None:
         raise UsageError(f"--trace {trace}: cannot create its folder {trace.parent} ({exc.strerror or exc})") from None
 
 
+def split_arguments(extra: list[str], *, compare: bool, trace: Path | None) -> tuple[list[str], str | None]:
+    """The words after RECIPE: ``key.path=value`` overrides, and with --compare the second
+    recipe. Returns (overrides, second recipe or None); anything else is a usage error."""
+    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    others = [a for a in extra if a not in overrides]
+    unknown_options = [a for a in others if a.startswith("-")]
+    if unknown_options:
+        raise UsageError(f"unknown option {unknown_options[0]} for `trnf profile` (see trnf profile --help)")
+    if not compare:
+        if others:
+            raise UsageError(f"unexpected argument {others[0]!r}: overrides are key.path=value; two recipes need --compare")
+        return overrides, None
+    if len(others) != 1:
+        raise UsageError("--compare needs exactly two recipes: trnf profile --compare RECIPE_A RECIPE_B [key=value ...]")
+    if trace is not None:
+        raise UsageError("--trace profiles one recipe; drop it with --compare")
+    return overrides, others[0]
+
+
+def benchmark_kernels(device: str) -> dict[str, Any]:
+    """`--kernels`: trnfrontier.runtime.kernels.bench's rows on ``device`` (each kernel
+    against its PyTorch reference, measured in the same run)."""
+    try:
+        from trnfrontier.runtime.kernels.bench import benchmark_kernels as bench
+    except ImportError:
+        raise TrnfError("`trnf profile --kernels` is not available yet: trnfrontier.runtime.kernels.bench has not landed") from None
+    try:
+        resolved = devices.resolve_device(device)
+    except devices.DeviceError as exc:
+        raise TrnfError(str(exc)) from None
+    return {"device": str(resolved), "kernels": bench(resolved)}
+
+
 def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.cuda.OutOfMemoryError) or any(m in str(exc).lower() for m in _OOM_MARKERS)
 
