@@ -227,6 +227,9 @@ def package_kit(
     if not train_py.is_file():
         raise UsageError(f"--train-py {train_py}: no such file")
     checkpoint, launch = _from_run_dir(run_dir, checkpoint, launch)
+    if run_dir is None and (checkpoint.parent / "run" / SUMMARY_FILE).is_file():
+        run_dir = checkpoint.parent / "run"  # where trnf init's train.py writes its run
+    run_dir = Path(run_dir) if run_dir is not None else None
     launch = check_launch(launch)
     team_text = read_team_text(writeup)
     members: dict[str, Path | bytes] = {
@@ -235,21 +238,19 @@ def package_kit(
     }
     for name, path in imported_files(train_py).items():
         members[name] = path
-    ckpt_members, params, non_finite = checkpoint_members(Path(checkpoint))
+    ckpt_members, params, non_finite = checkpoint_members(checkpoint)
     members.update(ckpt_members)
 
-    if run_dir is None and (Path(checkpoint).parent / "run" / SUMMARY_FILE).is_file():
-        run_dir = Path(checkpoint).parent / "run"  # where trnf init's train.py writes its run
     summary: dict[str, Any] = {}
     if run_dir is not None:
         summary = read_json(
-            Path(run_dir) / SUMMARY_FILE,
+            run_dir / SUMMARY_FILE,
             "summary.json (is this a `trnf train --train-py` run directory?)",
         )
         for member, name in ((fmt.STEP_LOG, STEP_LOG_FILE), (fmt.METRICS_LOG, METRICS_FILE)):
-            if (Path(run_dir) / name).is_file():
-                members[member] = Path(run_dir) / name
-        members[fmt.SUMMARY] = Path(run_dir) / SUMMARY_FILE
+            if (run_dir / name).is_file():
+                members[member] = run_dir / name
+        members[fmt.SUMMARY] = run_dir / SUMMARY_FILE
     if fmt.STEP_LOG not in members:
         where = f"{run_dir}/{STEP_LOG_FILE}" if run_dir else "a run directory"
         raise TrnfError(
@@ -257,7 +258,7 @@ def package_kit(
         )
     members.setdefault(fmt.METRICS_LOG, b"")
     if val_bpb_from_eval:
-        measured = _measure(train_py, Path(checkpoint))
+        measured = _measure(train_py, checkpoint)
         # The run's own record of its prepare.py wins: the pins are about what trained.
         summary = {
             **summary,
@@ -298,7 +299,7 @@ def package_kit(
     measured_by = (
         "trnf package --val-bpb-from-eval (trusted evaluate_bpb)"
         if val_bpb_from_eval
-        else f"summary.json of the kit run {Path(run_dir).name if run_dir else ''}"
+        else f"summary.json of the kit run {run_dir.name if run_dir else ''}"
     )
     meta = manifest_meta(
         summary, measured_by=measured_by, params=params, seed=summary.get("seed"), launch=launch, forced=forced
