@@ -78,6 +78,34 @@ def split_overrides(items: list[str]) -> list[str]:
     return items
 
 
+def plan_from_arguments(
+    recipe: str | None,
+    extras: list[str],
+    *,
+    out: Path | None = None,
+    name: str | None = None,
+    nproc: int | None = None,
+    lnc: int | None = None,
+    resume: Path | None = None,
+) -> RunPlan:
+    """`trnf train`'s recipe-run arguments -> a new run's plan, or a resumed run's."""
+    if recipe is not None and "=" in recipe and not Path(recipe).exists():
+        extras = [recipe, *extras]  # `trnf train --resume DIR key=value`: no recipe was given
+        recipe = None
+    overrides = split_overrides(list(extras))
+    if lnc is not None:
+        overrides.append(f"runtime.lnc={lnc}")
+    if resume is not None:
+        if recipe is not None:
+            raise UsageError("--resume RUN_DIR uses the run's own recipe.json; give no RECIPE with it")
+        if out is not None or name is not None:
+            raise UsageError("--resume RUN_DIR continues in RUN_DIR; --out and --name do not apply")
+        return plan_resume(resume, overrides, nproc)
+    if recipe is None:
+        raise UsageError("give a RECIPE (a YAML path or a shipped name; `trnf recipes list`), or --resume RUN_DIR")
+    return plan_new_run(recipe, overrides, out=out, name=name, nproc=nproc)
+
+
 def plan_new_run(
     recipe_ref: str,
     overrides: list[str],

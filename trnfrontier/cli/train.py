@@ -11,10 +11,8 @@ from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.training import (
     failure_message,
-    plan_new_run,
-    plan_resume,
+    plan_from_arguments,
     run_plan,
-    split_overrides,
     summary_table,
     tail_log,
 )
@@ -86,27 +84,9 @@ def command(
                 f"{flag} applies to --train-py runs; a recipe run's limits are budget.seconds and budget.max_steps"
             )
 
-    extras = list(ctx.args)
-    if recipe is not None and "=" in recipe and not Path(recipe).exists():
-        extras.insert(0, recipe)  # `trnf train --resume DIR key=value`: no recipe was given
-        recipe = None
-    overrides = split_overrides(extras)
-    if lnc is not None:
-        overrides.append(f"runtime.lnc={lnc}")
-    if resume is not None:
-        if recipe is not None:
-            raise UsageError(
-                "--resume RUN_DIR uses the run's own recipe.json; give no RECIPE with it"
-            )
-        if out_dir is not None or name is not None:
-            raise UsageError("--resume RUN_DIR continues in RUN_DIR; --out and --name do not apply")
-        plan = plan_resume(resume, overrides, nproc)
-    else:
-        if recipe is None:
-            raise UsageError(
-                "give a RECIPE (a YAML path or a shipped name; `trnf recipes list`), or --resume RUN_DIR"
-            )
-        plan = plan_new_run(recipe, overrides, out=out_dir, name=name, nproc=nproc)
+    plan = plan_from_arguments(
+        recipe, list(ctx.args), out=out_dir, name=name, nproc=nproc, lnc=lnc, resume=resume
+    )
 
     try:
         summary = run_plan(plan, live=True)
