@@ -75,6 +75,7 @@ def run_prepare(
     """Prepare a dataset with the selected trusted prepare.py; returns its summary plus
     ``prepare_path`` and ``prepare_sha256``."""
     contract = load_contract()
+    check_choices(contract, source, path, num_train_shards)
     setup = getattr(contract.module, "setup", None)
     if not callable(setup):
         summary = _run_setup_cli(contract, source, path, num_train_shards)
@@ -114,7 +115,6 @@ def _parameters(function: Callable[..., Any]) -> set[str]:
 def _setup_arguments(contract: TrustedContract, setup: Callable[..., Any], source: str, path: str | None,
                      num_train_shards: int | None) -> dict[str, Any]:
     """Only the arguments this prepare.py's setup() accepts; a choice it cannot honour is an error."""
-    check_choices(contract, source, path, num_train_shards)
     accepted = _parameters(setup)
     wanted = {"source": source if source != "climbmix" else None, "path": path, "num_train_shards": num_train_shards}
     kwargs: dict[str, Any] = {}
