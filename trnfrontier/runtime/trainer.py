@@ -333,6 +333,13 @@ class Trainer:
             loss_sum += loss.detach().float()
         return float(loss_sum.item()) / self.accum, data_state
 
+    def _mfu(self, tokens_per_second: float | None) -> float | None:
+        """Model FLOPs utilisation of all ranks together (None when the peak is unknown)."""
+        if not (self.spec.peak_flops and tokens_per_second):
+            return None
+        peak = self.spec.peak_flops * self.info.world_size
+        return tokens_per_second * self.flops_per_token / peak
+
     def _zero_grads(self) -> None:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
@@ -353,7 +360,6 @@ class Trainer:
             prior_excluded_seconds=self.prior_excluded,
         )
         loaders = self._make_loaders()
-        peak = self.spec.peak_flops * self.info.world_size if self.spec.peak_flops else None
         max_loss = float(run_cfg["max_loss"])
         log_every = int(run_cfg["log_every_steps"])
         ckpt_every, eval_every = run_cfg.get("checkpoint_every_seconds"), e.get("every_seconds")
@@ -428,8 +434,9 @@ class Trainer:
                     "elapsed_seconds": now - clock.start_time,
                     "startup": clock.in_startup,
                 }
-                if peak and tps:
-                    record["mfu"] = tps * self.flops_per_token / peak
+                mfu = self._mfu(tps)
+                if mfu is not None:
+                    record["mfu"] = mfu
             if eval_due and not stop:
                 result = self._evaluate()
                 record["val_bpb"] = result["val_bpb"]
@@ -483,9 +490,7 @@ class Trainer:
             "tokens": self.tokens,
             "steps": self.step,
             "tokens_per_second": tokens_per_second,
-            "mfu": (tokens_per_second * self.flops_per_token / peak)
-            if (peak and tokens_per_second)
-            else None,
+            "mfu": self._mfu(tokens_per_second),
             "final_loss": last_loss if math.isfinite(last_loss) else None,
             "charged_seconds": accounting["charged_seconds"],
             "startup_seconds": accounting["startup_seconds"],
