@@ -288,13 +288,9 @@ class Trainer:
             return "total_steps"
         return ""
 
-    def _stop_due(self, clock: BudgetClock) -> tuple[bool, str]:
-        limit = self._step_limit_reached()
-        if limit:
-            return True, limit
-        if clock.should_stop():
-            return True, "budget"
-        return False, ""
+    def _stop_reason(self, clock: BudgetClock) -> str:
+        """Why this rank would stop after the current step ("" to go on)."""
+        return self._step_limit_reached() or ("budget" if clock.should_stop() else "")
 
     def _apply_schedule(self, clock: BudgetClock) -> float:
         """Set this step's LRs and Muon momentum; return the LR multiplier (for the log)."""
@@ -412,11 +408,11 @@ class Trainer:
             if steady_from is None and not clock.in_startup:
                 steady_from = (self.tokens, now)
 
-            stop_local, reason = self._stop_due(clock)
+            reason = self._stop_reason(clock)
             eval_local = bool(eval_every) and now - last_eval >= float(eval_every)
             ckpt_local = bool(ckpt_every) and now - last_ckpt >= float(ckpt_every)
             stop, eval_due, ckpt_due = distributed.any_true(
-                [stop_local, eval_local, ckpt_local], self.device
+                [bool(reason), eval_local, ckpt_local], self.device
             )
 
             record: dict[str, Any] = {}
@@ -449,7 +445,7 @@ class Trainer:
                 self._save_checkpoint(clock)
                 last_ckpt = time.time()
             if stop:
-                stop_reason = reason or "budget"
+                stop_reason = reason or "budget"  # "": another rank's clock ran out
                 break
 
         accounting = clock.summary()
