@@ -49,7 +49,10 @@ def test_init_output_trains_on_cpu_packages_and_verifies(
     )
     assert code == 0, err
     shutil.copy(REPO / "prepare.py", team / "prepare.py")
-    env = {k: v for k, v in os.environ.items() if k not in ("TRNF_PREPARE", "PYTHONPATH")}
+    # TRNF_STEP_LOG too: an earlier in-process train() in this pytest session leaves it set,
+    # and a generated train.py honours it (see the --train-py test below).
+    drop = ("TRNF_PREPARE", "PYTHONPATH", "TRNF_STEP_LOG")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["OMP_NUM_THREADS"] = "1"
     done = subprocess.run(
         [sys.executable, "train.py"], cwd=team, env=env, capture_output=True, text=True, timeout=600
