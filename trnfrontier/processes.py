@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,16 +97,52 @@ def kill(procs: set[Proc], sig: int = signal.SIGKILL, wait: float = 10.0) -> Non
 def stop_tree(proc: subprocess.Popen[bytes], seen: set[Proc] | None = None, grace: float = 10.0) -> None:
     """End a launched process and everything it started: SIGTERM its group (torchrun stops
     its workers cleanly), wait up to ``grace`` seconds, then SIGKILL every process seen in
-    the tree (``seen`` plus a fresh scan), each with its own group, and reap ``proc``."""
-    tree = set(seen or ()) | descendants(proc.pid)
+    the tree (``seen`` plus a fresh scan), each with its own group, and reap ``proc``.
+
+    A second Ctrl-C or SIGTERM while this runs is ignored: it would abandon the workers
+    half-way."""
+    with _signals_ignored():
+        tree = set(seen or ()) | descendants(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        me = identify(proc.pid)
+        kill(tree | ({me} if me else set()))
+        proc.wait()
+
+
+def _on_main_thread() -> bool:
+    # Signal handlers can only be set from the main thread; elsewhere these are no-ops.
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM)] if _on_main_thread() else []
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
+        yield
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While launched work runs, SIGTERM to trnf (`kill`, `timeout`, a cancelled CI job)
+    raises KeyboardInterrupt like Ctrl-C, so the caller stops the tree; by default trnf
+    would die at once and leave the workers, in sessions of their own, running."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if _on_main_thread() else None
     try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    me = identify(proc.pid)
-    kill(tree | ({me} if me else set()))
-    proc.wait()
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

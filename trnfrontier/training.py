@@ -13,13 +13,10 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,38 +339,10 @@ def live_view(
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
     """End the child and everything it started (torchrun runs each worker in its own
-    session, so its process group alone does not reach them): TERM, then KILL. A second
-    Ctrl-C or SIGTERM meanwhile is ignored: it would abandon the workers half-way."""
+    session, so its process group alone does not reach them): TERM, then KILL."""
     if proc.poll() is not None:
         return
-    with _signals_ignored():
-        processes.stop_tree(proc, grace=TERMINATE_GRACE_SECONDS)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _sigterm_as_interrupt() -> Any:
-    """While the child runs, SIGTERM to trnf (`kill`, `timeout`, a cancelled CI job) stops it
-    like Ctrl-C; by default trnf would die at once and leave the workers, in their own
-    session, running. Returns the handler to restore (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_interrupt)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM)]
-    try:
-        yield
-    finally:
-        for sig, handler in saved:
-            signal.signal(sig, handler)
+    processes.stop_tree(proc, grace=TERMINATE_GRACE_SECONDS)
 
 
 def run_plan(
@@ -414,49 +383,47 @@ def run_plan(
             if live and console.is_terminal
             else None
         )
-        previous_sigterm = _sigterm_as_interrupt()
-        try:
-            if display is not None:
-                display.start()
-            last_note, noted_step = time.time(), None
-            while True:
-                finished = proc.poll() is not None
-                for record in tail.read():
-                    last = record
-                    if record.get("val_bpb") is not None:
-                        best_val = (
-                            record["val_bpb"]
-                            if best_val is None
-                            else min(best_val, record["val_bpb"])
-                        )
-                    if on_record is not None:
-                        on_record(record)
+        with processes.sigterm_as_interrupt():
+            try:
                 if display is not None:
-                    display.update(live_view(last, budget, run_dir, started, best_val))
-                elif (
-                    live
-                    and last is not None
-                    and last["step"] != noted_step
-                    and (finished or time.time() - last_note >= 30)
-                ):
-                    # Not a terminal (CI, a pipe): a plain line now and then instead of a live view.
-                    loss = last.get("loss")
-                    console.print(
-                        f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
-                        f"charged {last.get('charged_seconds') or 0:.0f}/{budget:g} s"
-                    )
-                    last_note, noted_step = time.time(), last["step"]
-                if finished:
-                    break
-                time.sleep(poll_seconds)
-        except BaseException:
-            _terminate(proc)
-            raise
-        finally:
-            if previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, previous_sigterm)
-            if display is not None:
-                display.stop()
+                    display.start()
+                last_note, noted_step = time.time(), None
+                while True:
+                    finished = proc.poll() is not None
+                    for record in tail.read():
+                        last = record
+                        if record.get("val_bpb") is not None:
+                            best_val = (
+                                record["val_bpb"]
+                                if best_val is None
+                                else min(best_val, record["val_bpb"])
+                            )
+                        if on_record is not None:
+                            on_record(record)
+                    if display is not None:
+                        display.update(live_view(last, budget, run_dir, started, best_val))
+                    elif (
+                        live
+                        and last is not None
+                        and last["step"] != noted_step
+                        and (finished or time.time() - last_note >= 30)
+                    ):
+                        # Not a terminal (CI, a pipe): a plain line now and then instead of a live view.
+                        loss = last.get("loss")
+                        console.print(
+                            f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
+                            f"charged {last.get('charged_seconds') or 0:.0f}/{budget:g} s"
+                        )
+                        last_note, noted_step = time.time(), last["step"]
+                    if finished:
+                        break
+                    time.sleep(poll_seconds)
+            except BaseException:
+                _terminate(proc)
+                raise
+            finally:
+                if display is not None:
+                    display.stop()
     returncode = proc.returncode
     summary = read_summary(run_dir)
     fresh = summary is not None and (run_dir / SUMMARY_FILE).stat().st_mtime_ns != previous_summary

@@ -15,14 +15,12 @@ found through ``processes`` (torchrun puts each worker in a session of its own).
 from __future__ import annotations
 
 import shlex
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trnfrontier import processes
 from trnfrontier.verify.launch import launch_line
@@ -74,31 +72,6 @@ class LaunchOutcome:
     pids: set[processes.Proc] = field(default_factory=set)
 
 
-def _stop(proc: subprocess.Popen[bytes], seen: set[processes.Proc]) -> None:
-    """SIGTERM torchrun's group (it stops its workers), then SIGKILL everything still alive.
-
-    A second Ctrl-C while this runs is ignored: it would abandon the workers half-way."""
-    guarded = threading.current_thread() is threading.main_thread()
-    saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM)] if guarded else []
-    try:
-        processes.stop_tree(proc, seen, grace=TERM_GRACE_SECONDS)
-    finally:
-        for sig, handler in saved:
-            signal.signal(sig, handler)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _interrupt_on_sigterm() -> Any:
-    """While a launch runs, SIGTERM to trnf (a CI job cancelled) stops the tree like Ctrl-C;
-    otherwise trnf would die and leave the workers, in their own sessions, running."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_interrupt)
-
-
 def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
         on_line: Callable[[str], None] | None = None) -> LaunchOutcome:
     """Run ``plan``; stream its output to ``on_line`` and ``console_log``; stop it at ``timeout``.
@@ -128,21 +101,18 @@ def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
         reader.start()
         outcome = LaunchOutcome(exit_code=None)
         seen: set[processes.Proc] = set()
-        previous = _interrupt_on_sigterm()
         try:
-            while proc.poll() is None:
-                seen |= processes.descendants(proc.pid)
-                if timeout is not None and time.monotonic() - started > timeout:
-                    outcome.timed_out = True
-                    _stop(proc, seen)
-                    break
-                time.sleep(_POLL_SECONDS)
+            with processes.sigterm_as_interrupt():
+                while proc.poll() is None:
+                    seen |= processes.descendants(proc.pid)
+                    if timeout is not None and time.monotonic() - started > timeout:
+                        outcome.timed_out = True
+                        processes.stop_tree(proc, seen, grace=TERM_GRACE_SECONDS)
+                        break
+                    time.sleep(_POLL_SECONDS)
         except KeyboardInterrupt:
             outcome.interrupted = True
-            _stop(proc, seen)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            processes.stop_tree(proc, seen, grace=TERM_GRACE_SECONDS)
         # Anything the script left behind after torchrun exited (a forked helper) goes too.
         processes.kill(seen)
         reader.join(timeout=10)
