@@ -93,6 +93,20 @@ def test_failing_rank_is_torchruns_root_cause_else_the_first_traceback(tmp_path:
     assert logs.failing_rank("", {0: found[0]}) is None
 
 
+def test_a_rank_broken_by_its_dead_peer_is_not_the_cause(tmp_path: Path) -> None:
+    """Under load torchrun may observe rank 0 (whose all-reduce broke) before rank 1 (which raised)."""
+    found = logs.collect_rank_logs(_torchrun_layout(tmp_path, 2), tmp_path / "logs")
+    found[0].stderr.write_text(
+        "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+        "torch.distributed.DistBackendError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer\n"
+    )
+    rank0_first = CONSOLE.replace("rank      : 1 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
+    assert logs.failing_rank(rank0_first, found) == 1
+    # with only collateral tracebacks, torchrun's root cause still decides
+    found[1].stderr.write_text(found[0].stderr.read_text())
+    assert logs.failing_rank(rank0_first, found) == 0
+
+
 def test_failure_shows_the_failing_ranks_log_else_the_console(tmp_path: Path) -> None:
     found = logs.collect_rank_logs(_torchrun_layout(tmp_path, 3), tmp_path / "logs")
     console = tmp_path / "logs" / "console.log"

@@ -159,16 +159,35 @@ def collect_rank_logs(torchrun_dir: Path, dest: Path) -> dict[int, RankLog]:
 _ROOT_CAUSE_RANK = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)", re.DOTALL)
 
 
+# What a rank prints when a *peer* died under it in a collective: a consequence, not a cause.
+_COLLATERAL = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "DistBackendError",
+    "DistNetworkError",
+    "NCCL communicator was aborted",
+)
+
+
 def failing_rank(console: str, logs: dict[int, RankLog]) -> int | None:
-    """The rank that failed first: torchrun's "Root Cause" when it printed one, else the
-    lowest rank whose stderr holds a traceback."""
+    """The rank that failed first.
+
+    A rank whose traceback is its own (not a collective broken by a dead peer) wins, the
+    lowest if several; torchrun's "Root Cause" is next (it orders failures by when it
+    *observed* them, so under load a rank killed by its peer's crash can come first); else
+    the lowest rank with any traceback."""
+    tracebacks = {}
+    for rank in sorted(logs):
+        text = logs[rank].stderr.read_text(errors="replace")
+        if "Traceback (most recent call last)" in text:
+            tracebacks[rank] = text
+    own = [rank for rank, text in tracebacks.items() if not any(mark in text for mark in _COLLATERAL)]
+    if own and len(own) < len(tracebacks):
+        return own[0]
     match = _ROOT_CAUSE_RANK.search(console)
     if match:
         return int(match.group(1))
-    for rank in sorted(logs):
-        if "Traceback (most recent call last)" in logs[rank].stderr.read_text(errors="replace"):
-            return rank
-    return None
+    return next(iter(tracebacks), None)
 
 
 def failure(console: str, logs: dict[int, RankLog], console_log: Path) -> tuple[int | None, Path, list[str]]:
