@@ -9,15 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import run_cli
 from trnfrontier import __version__
-from trnfrontier.cli.app import main
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

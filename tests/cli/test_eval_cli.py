@@ -10,19 +10,12 @@ from textwrap import dedent
 import pytest
 import torch
 
-from trnfrontier.cli.app import main
+from tests.cli_run import run_cli
 
 torch.set_num_threads(1)
 
 # Small enough for a shared 2-core machine: 4,096 tokens at context 64.
 FAST = ["--tokens", "4096", "--seq-len", "64", "--batch-size", "8", "--device", "cpu"]
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def _current_shas() -> tuple[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trnfrontier.cli.app import main
+from tests.cli_run import run_cli
 from trnfrontier.runtime.contract import PREPARE_ENV, sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -27,13 +27,6 @@ def setup(source="climbmix", path=None, num_train_shards=1, home=None, progress=
     return {"source": source, "documents": 3, "bytes": 30, "tokens": 12, "bytes_per_token": 3.333,
             "tokenizer_sha256": "f" * 64, "num_train_shards": num_train_shards}
 '''
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 @pytest.fixture()

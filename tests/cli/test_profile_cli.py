@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trnfrontier.cli.app import main
+from tests.cli_run import run_cli
 
 torch.set_num_threads(1)
 
@@ -22,13 +22,6 @@ data: {{batch_size: 4}}
 runtime: {{device: cpu, dtype: float32, threads: 1}}
 budget: {{seconds: 120, checkpoint_reserve_seconds: 5}}
 """
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def recipe(tmp_path: Path, name: str = "tiny", depth: int = 1) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trnfrontier.cli.app import main
+from tests.cli_run import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -25,13 +25,6 @@ TINY = [
     "budget.startup_steps_excluded=1",
     "run.checkpoint_every_seconds=0.001",
 ]
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 @pytest.fixture(autouse=True)

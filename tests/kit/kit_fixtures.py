@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+from tests.cli_run import run_cli  # noqa: F401  (the kit tests import it from here)
 
 MODES = ("good", "crash", "hang", "nan", "nolog", "overbudget")
 
@@ -146,16 +146,6 @@ def write_train_py(directory: Path, mode: str = "good") -> Path:
     path = directory / "train.py"
     path.write_text(train_py_source(mode), encoding="utf-8")
     return path
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """`trnf ARGS` in this process: (exit code, stdout, stderr)."""
-    from trnfrontier.cli.app import main
-
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def pid_alive(pid: int) -> bool:

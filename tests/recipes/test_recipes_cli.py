@@ -5,19 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
-from trnfrontier.cli.app import main
+from tests.cli_run import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def test_list_json(capsys) -> None:
