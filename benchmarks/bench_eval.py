@@ -48,11 +48,11 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from trnfrontier.contract import load_contract
     from trnfrontier.eval_worker import run as worker_run
     from trnfrontier.recipes import load_recipe
     from trnfrontier.runtime.checkpoint import save_final
     from trnfrontier.runtime.model import GPT, GPTConfig
+    from trnfrontier.trusted_prepare import load_contract
 
     contract = load_contract()
     prepare = contract.module

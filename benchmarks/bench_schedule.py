@@ -82,7 +82,7 @@ def train_once(
 
 def ensure_dataset(home: Path | None) -> Path:
     """A TRNF_HOME with a prepared dataset: the given one, else the sample corpus in a temp dir."""
-    from trnfrontier.runtime.contract import load_prepare
+    from trnfrontier.runtime.prepare_loader import load_prepare
 
     prepare = load_prepare(REPO_ROOT / "prepare.py")
     if home is not None:

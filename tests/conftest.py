@@ -24,7 +24,7 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 @pytest.fixture(scope="session")
 def prepare_module() -> ModuleType:
     """The project's trusted prepare.py (not ``$TRNF_PREPARE``: tests pin the file they test)."""
-    from trnfrontier.runtime.contract import load_prepare
+    from trnfrontier.runtime.prepare_loader import load_prepare
 
     return load_prepare(REPO_ROOT / "prepare.py")
 

@@ -131,7 +131,7 @@ def test_causality_check_passes_a_causal_model_and_flags_a_peeking_one(prepare_m
 TWO_RANK_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 sys.path.insert(0, {tests!r})
-from trnfrontier.runtime.contract import load_prepare
+from trnfrontier.runtime.prepare_loader import load_prepare
 prepare = load_prepare({prepare!r})
 dist.init_process_group("gloo")
 torch.manual_seed(0)

@@ -65,7 +65,7 @@ def test_eval_public_round_trip(prepare_module, sample_home, tiny_models, tmp_pa
     assert result["val_bpb"] == pytest.approx(expected["val_bpb"], rel=1e-12)
     assert result["num_tokens"] == expected["num_tokens"] and result["num_bytes"] == expected["num_bytes"]
     assert result["tokenizer_sha256"] == prepare_module.tokenizer_sha256()
-    from trnfrontier.runtime.contract import sha256_file
+    from trnfrontier.runtime.prepare_loader import sha256_file
 
     assert result["prepare_sha256"] == sha256_file(prepare_module.__file__)
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from trnfrontier import processes
-from trnfrontier.verify.contract import run_in_group
+from trnfrontier.verify.probe_process import run_in_group
 
 # A parent that starts a child in a session of its own (as torchrun does with its workers),
 # writes the child's pid, and hangs.

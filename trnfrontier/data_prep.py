@@ -26,8 +26,8 @@ from rich.progress import (
 from rich.table import Table
 
 from trnfrontier.console import err
-from trnfrontier.contract import TrustedContract, load_contract
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.trusted_prepare import TrustedContract, load_contract
 
 STAGE_LABELS = {"download": "downloading shards", "tokenizer": "training tokenizer", "tokenize": "tokenizing"}
 

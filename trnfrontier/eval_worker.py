@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from trnfrontier.contract import load_contract
 from trnfrontier.errors import TrnfError
+from trnfrontier.trusted_prepare import load_contract
 
 # Tolerances for the batch-independence check, relative to the logits' magnitude. A row
 # evaluated alone and inside a batch may legitimately differ by matmul blocking order

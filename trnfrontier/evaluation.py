@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.contract import load_contract
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
 # load, the two checks and interpreter start-up. evaluate_bpb itself stops at the timeout.

@@ -27,15 +27,15 @@ from rich.text import Text
 
 from trnfrontier import processes
 from trnfrontier.console import err
-from trnfrontier.contract import load_contract, selected_prepare_path
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint import latest_checkpoint
-from trnfrontier.runtime.contract import PREPARE_ENV
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
+from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE
+from trnfrontier.trusted_prepare import load_contract, selected_prepare_path
 
 RUNS_DIR = Path("runs")
 LOG_FILE = "train.log"

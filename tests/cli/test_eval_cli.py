@@ -19,7 +19,7 @@ FAST = ["--tokens", "4096", "--seq-len", "64", "--batch-size", "8", "--device", 
 
 
 def _current_shas() -> tuple[str, str]:
-    from trnfrontier.contract import load_contract
+    from trnfrontier.trusted_prepare import load_contract
 
     contract = load_contract()
     return contract.sha256, contract.module.ensure_tokenizer().sha256

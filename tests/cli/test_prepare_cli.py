@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_run import run_cli
-from trnfrontier.runtime.contract import PREPARE_ENV, sha256_file
+from trnfrontier.runtime.prepare_loader import PREPARE_ENV, sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -46,7 +46,7 @@ def test_record_step_boundary_mention() -> None:
 
 
 def test_prepare_beside_must_be_the_trusted_one(tmp_path: Path) -> None:
-    from trnfrontier.runtime.contract import sha256_file
+    from trnfrontier.runtime.prepare_loader import sha256_file
 
     script = tmp_path / "train.py"
     script.write_text("def load_for_eval(p, d): ...\n")

@@ -10,7 +10,7 @@ from verify_kit import build_archive, good_meta, pins_file
 
 import trnfrontier.verify.runner as runner
 from trnfrontier import submission as fmt
-from trnfrontier.verify.contract import ProbeResult
+from trnfrontier.verify.probe_process import ProbeResult
 
 TARGETS = [fmt.CHECKPOINT_SAFETENSORS, fmt.CHECKPOINT_FINAL_PT, fmt.TRAIN_PY, fmt.STEP_LOG, fmt.LAUNCH_TXT]
 

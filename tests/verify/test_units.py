@@ -10,7 +10,7 @@ import pytest
 from verify_kit import GOOD_TIMES, build_archive, good_meta, pins_file, step_log
 
 from trnfrontier import submission as fmt
-from trnfrontier.runtime.contract import sha256_file
+from trnfrontier.runtime.prepare_loader import sha256_file
 from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.budget import documented_accounting
 from trnfrontier.verify.launch import (
@@ -244,7 +244,7 @@ def test_probe_runs_without_the_tool() -> None:
 # -- subprocess limits ------------------------------------------------------------------------
 
 def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    from trnfrontier.verify.contract import run_in_group
+    from trnfrontier.verify.probe_process import run_in_group
 
     pid_file = tmp_path / "grandchild.pid"
     script = (

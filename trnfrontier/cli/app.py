@@ -18,7 +18,7 @@ from trnfrontier.cli import recipes as recipes_cmd
 from trnfrontier.cli import train as train_cmd
 from trnfrontier.cli import verify as verify_cmd
 from trnfrontier.errors import TrnfError
-from trnfrontier.runtime.contract import PREPARE_ENV
+from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 
 try:  # typer >= 0.22 vendors click; older releases depend on it
     from typer._click.exceptions import ClickException

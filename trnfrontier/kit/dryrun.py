@@ -19,9 +19,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trnfrontier.contract import load_contract
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
+from trnfrontier.trusted_prepare import load_contract
 from trnfrontier.verify.dryrun import (
     DRY_RUN_STEPS_ENV,
     build_clean_env,

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.runtime.contract import sha256_file
+from trnfrontier.runtime.prepare_loader import sha256_file
 
 
 def _defined_names(tree: ast.Module) -> set[str]:

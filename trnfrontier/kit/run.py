@@ -33,11 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.contract import TrustedContract, load_contract
 from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
 from trnfrontier.runtime.atomic import atomic_write_json
-from trnfrontier.runtime.contract import sha256_file
+from trnfrontier.runtime.prepare_loader import sha256_file
 from trnfrontier.runtime.trainer import (
     EXIT_DIVERGED,
     METRICS_FILE,
@@ -45,6 +44,7 @@ from trnfrontier.runtime.trainer import (
     SUMMARY_FILE,
     versions,
 )
+from trnfrontier.trusted_prepare import TrustedContract, load_contract
 from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.dryrun import KIT_CHECKPOINT
 from trnfrontier.verify.launch import LNC_CHOICES, NPROC_CHOICES

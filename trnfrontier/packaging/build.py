@@ -21,7 +21,6 @@ from typing import Any
 
 from trnfrontier import __version__
 from trnfrontier import submission as fmt
-from trnfrontier.contract import project_root_file
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.run import RunDir, checkpoint_params, read_run, refusal_reasons
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
@@ -33,6 +32,7 @@ from trnfrontier.packaging.writeup import (
     render_writeup,
 )
 from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.trusted_prepare import project_root_file
 from trnfrontier.verify.launch import NPROC_CHOICES, LaunchError, launch_line, parse_launch
 from trnfrontier.verify.pins import load_pins
 from trnfrontier.verify.screen import screen_members

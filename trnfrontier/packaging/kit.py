@@ -179,7 +179,7 @@ def _measure(train_py: Path, checkpoint: Path) -> dict[str, Any]:
 
 def _default_hashes() -> dict[str, Any]:
     """The prepare.py and tokenizer trnf uses now (for a kit run that recorded none)."""
-    from trnfrontier.contract import load_contract
+    from trnfrontier.trusted_prepare import load_contract
 
     contract = load_contract()
     try:

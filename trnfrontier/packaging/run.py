@@ -117,7 +117,7 @@ def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list
 
 def log_budget_reason(step_log: Path) -> str | None:
     """Why the step-boundary log fails the organisers' accounting (as verify computes it), or None."""
-    from trnfrontier.contract import load_contract
+    from trnfrontier.trusted_prepare import load_contract
 
     try:
         prepare = load_contract().module

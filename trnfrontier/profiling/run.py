@@ -154,7 +154,7 @@ def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[It
     if recipe.data.dataset:
         os.environ["TRNF_DATASET"] = recipe.data.dataset  # as the trainer selects it
     try:
-        from trnfrontier.contract import load_contract
+        from trnfrontier.trusted_prepare import load_contract
 
         prepare = load_contract().module
         tokenizer = prepare.ensure_tokenizer()

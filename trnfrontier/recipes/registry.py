@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trnfrontier.contract import project_root_file
+from trnfrontier.trusted_prepare import project_root_file
 
 
 def shipped_recipes_dir() -> Path | None:

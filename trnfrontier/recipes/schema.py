@@ -7,7 +7,7 @@ here are therefore a contract with ``trnfrontier.runtime``; rename nothing light
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,9 +25,9 @@ class ModelSection(Section):
     depth: int = Field(10, ge=1, le=128, description="Transformer blocks.")
     aspect_ratio: int = Field(64, ge=1, description="Width per layer of depth when n_embd is not given.")
     head_dim: int = Field(128, ge=8, le=256, description="Channels per attention head (even, for rotary).")
-    n_embd: Optional[int] = Field(None, ge=8, description="Explicit width; overrides depth x aspect_ratio.")
-    n_head: Optional[int] = Field(None, ge=1, description="Query heads; default n_embd // head_dim.")
-    n_kv_head: Optional[int] = Field(None, ge=1, description="Key/value heads (GQA when < n_head); default n_head.")
+    n_embd: int | None = Field(None, ge=8, description="Explicit width; overrides depth x aspect_ratio.")
+    n_head: int | None = Field(None, ge=1, description="Query heads; default n_embd // head_dim.")
+    n_kv_head: int | None = Field(None, ge=1, description="Key/value heads (GQA when < n_head); default n_head.")
     mlp_ratio: int = Field(4, ge=1, le=16)
     vocab_size: int = Field(8192, ge=256, description="Must equal the tokenizer's vocabulary.")
     sequence_len: int = Field(1024, ge=8, le=65536, description="Training context length.")
@@ -36,7 +36,7 @@ class ModelSection(Section):
     rope_base: float = Field(10000.0, gt=0)
 
     @model_validator(mode="after")
-    def _shapes(self) -> "ModelSection":
+    def _shapes(self) -> ModelSection:
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)")
         width = self.resolved_n_embd()
@@ -81,7 +81,7 @@ class OptimSection(Section):
     grad_clip: float = Field(0.0, ge=0, description="Global grad-norm clip (0 disables).")
 
     @model_validator(mode="after")
-    def _betas(self) -> "OptimSection":
+    def _betas(self) -> OptimSection:
         for beta in self.adam_betas:
             if not 0.0 <= beta < 1.0:
                 raise ValueError(f"adam_betas values must be in [0, 1), got {beta}")
@@ -100,10 +100,10 @@ class ScheduleSection(Section):
     warmup_frac: float = Field(0.0, ge=0, le=1)
     warmdown_frac: float = Field(0.4, ge=0, le=1)
     final_lr_frac: float = Field(0.0, ge=0, le=1)
-    total_steps: Optional[int] = Field(None, ge=1)
+    total_steps: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ScheduleSection":
+    def _consistent(self) -> ScheduleSection:
         if self.warmup_frac + self.warmdown_frac > 1.0:
             raise ValueError("warmup_frac + warmdown_frac must be <= 1")
         if self.mode == "steps" and self.total_steps is None:
@@ -112,9 +112,9 @@ class ScheduleSection(Section):
 
 
 class DataSection(Section):
-    dataset: Optional[str] = Field(None, description="Prepared dataset name (default: the active one).")
+    dataset: str | None = Field(None, description="Prepared dataset name (default: the active one).")
     batch_size: int = Field(32, ge=1, description="Rows per device per micro-step.")
-    total_batch_tokens: Optional[int] = Field(
+    total_batch_tokens: int | None = Field(
         None, ge=1, description="Tokens per optimizer step over all ranks; default one micro-step on every rank."
     )
 
@@ -127,10 +127,10 @@ class BudgetSection(Section):
     startup_allowance_cap_seconds: float = Field(900.0, ge=0)
     checkpoint_reserve_seconds: float = Field(30.0, ge=0, description="Kept free at the end for the final checkpoint.")
     competition: bool = Field(True, description="Enforce the competition's limits (seconds <= 1800).")
-    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many steps even with budget left.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps even with budget left.")
 
     @model_validator(mode="after")
-    def _within_rules(self) -> "BudgetSection":
+    def _within_rules(self) -> BudgetSection:
         if self.competition and self.seconds > COMPETITION_BUDGET_SECONDS:
             raise ValueError(
                 f"seconds={self.seconds:g} exceeds the competition budget of {COMPETITION_BUDGET_SECONDS:g} s "
@@ -146,14 +146,14 @@ class RuntimeSection(Section):
     seed: int = 1337
     nproc: int = Field(1, ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
     lnc: Literal[1, 2] = Field(2, description="NEURON_LOGICAL_NC_CONFIG on Neuron.")
-    threads: Optional[int] = Field(None, ge=1, description="CPU threads per process (default: torch's).")
+    threads: int | None = Field(None, ge=1, description="CPU threads per process (default: torch's).")
 
 
 class EvalSection(Section):
     tokens: int = Field(2_097_152, ge=1, description="Validation tokens (2,097,152 public; ~20M official).")
     seq_len: int = Field(1024, ge=8, description="Evaluation context (the contract's is 1024).")
     batch_size: int = Field(8, ge=1)
-    every_seconds: Optional[float] = Field(None, gt=0, description="Periodic validation during training.")
+    every_seconds: float | None = Field(None, gt=0, description="Periodic validation during training.")
     final: bool = Field(True, description="Evaluate the final checkpoint with the trusted evaluate_bpb.")
 
 
@@ -182,7 +182,7 @@ class KernelsSection(Section):
 
 class RunSection(Section):
     log_every_steps: int = Field(1, ge=1)
-    checkpoint_every_seconds: Optional[float] = Field(300.0, gt=0, description="Resumable checkpoints (None: final only).")
+    checkpoint_every_seconds: float | None = Field(300.0, gt=0, description="Resumable checkpoints (None: final only).")
     max_loss: float = Field(20.0, gt=0, description="A loss above this (or NaN/inf) stops the run as diverged.")
 
 
@@ -200,7 +200,7 @@ class Recipe(Section):
     run: RunSection = RunSection()
 
     @model_validator(mode="after")
-    def _batch_geometry(self) -> "Recipe":
+    def _batch_geometry(self) -> Recipe:
         micro = self.data.batch_size * self.model.sequence_len * self.runtime.nproc
         total = self.data.total_batch_tokens
         if total is not None and total % micro:

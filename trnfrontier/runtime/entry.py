@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from trnfrontier.runtime.contract import load_prepare
+from trnfrontier.runtime.prepare_loader import load_prepare
 
 
 def main(argv: list[str] | None = None) -> int:

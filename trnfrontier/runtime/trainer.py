@@ -34,10 +34,10 @@ from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import devices, distributed
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
-from trnfrontier.runtime.contract import load_prepare, sha256_file
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
+from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps
 
 SUMMARY_FILE = "summary.json"

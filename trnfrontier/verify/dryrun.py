@@ -35,7 +35,7 @@ from pathlib import Path
 
 from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
-from trnfrontier.verify.contract import run_in_group, run_probe
+from trnfrontier.verify.probe_process import run_in_group, run_probe
 
 ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
 OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")

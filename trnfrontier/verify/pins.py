@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.runtime.contract import sha256_file
+from trnfrontier.runtime.prepare_loader import sha256_file
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def _active_tokenizer() -> Path | None:
 
 
 def _default_prepare() -> Pin:
-    from trnfrontier.contract import selected_prepare_path
+    from trnfrontier.trusted_prepare import selected_prepare_path
 
     try:
         path = selected_prepare_path()

@@ -20,11 +20,11 @@ from trnfrontier.errors import TrnfError
 from trnfrontier.verify.archive import ExtractionError, Limits, safe_extract
 from trnfrontier.verify.budget import BudgetLogError, account
 from trnfrontier.verify.checkpoint import CheckpointError, scan_final_pt, scan_safetensors
-from trnfrontier.verify.contract import run_probe
 from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV, dry_run
 from trnfrontier.verify.launch import Launch, LaunchError, parse_launch
 from trnfrontier.verify.manifest import check_manifest, load_manifest
 from trnfrontier.verify.pins import Pin, load_pins
+from trnfrontier.verify.probe_process import run_probe
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.screen import screen_files
 
@@ -61,7 +61,7 @@ class _Trusted:
 
 
 def _trusted_prepare() -> _Trusted:
-    from trnfrontier.contract import load_contract
+    from trnfrontier.trusted_prepare import load_contract
 
     try:
         contract = load_contract()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trnfrontier.contract import default_prepare_path, load_contract
 from trnfrontier.errors import TrnfError
-from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, sha256_file
+from trnfrontier.runtime.prepare_loader import PREPARE_ENV, load_prepare, sha256_file
+from trnfrontier.trusted_prepare import default_prepare_path, load_contract
 
 
 def test_sha256_file_matches_hashlib(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from trnfrontier.errors import TrnfError
-from trnfrontier.runtime.contract import PREPARE_ENV, load_prepare, module_file, sha256_file
+from trnfrontier.runtime.prepare_loader import PREPARE_ENV, load_prepare, module_file, sha256_file
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
