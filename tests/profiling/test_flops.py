@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trnfrontier.profiling import flops, run
+from trnfrontier.profiling import flops, measure
 from trnfrontier.recipes.loading import validate_recipe
 
 torch.set_num_threads(1)
@@ -35,7 +35,7 @@ def hand_flops_per_token() -> int:
 @pytest.fixture(scope="module")
 def profiled() -> dict:
     recipe = validate_recipe(TINY, "tiny")
-    return run.profile(run.build(recipe), steps=2, warmup=1, top=5)
+    return measure.profile(measure.build(recipe), steps=2, warmup=1, top=5)
 
 
 def test_flops_per_token_equals_the_hand_computation(profiled: dict) -> None:

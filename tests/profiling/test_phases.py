@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trnfrontier.profiling import phases, run
+from trnfrontier.profiling import measure, phases
 from trnfrontier.recipes.loading import validate_recipe
 
 torch.set_num_threads(1)
@@ -39,9 +39,9 @@ def test_phases_add_up_to_the_measured_step_within_ten_percent() -> None:
         },
         "phases",
     )
-    setup = run.build(recipe)
+    setup = measure.build(recipe)
     assert setup.accum == 2
-    result = run.profile(setup, steps=12, warmup=2, top=3)
+    result = measure.profile(setup, steps=12, warmup=2, top=3)
     assert set(result["phases"]) == set(phases.PHASES)
     total = sum(row["seconds"] for row in result["phases"].values())
     assert total == pytest.approx(result["phase_sum_seconds"])

@@ -30,11 +30,11 @@ def command(
     Overrides (`key.path=value`) follow the recipe(s) and apply to every recipe named.
     `--compare A B` times A and B in alternating rounds and reports B/A with its spread."""
     from trnfrontier.profiling import compare as compare_mod
-    from trnfrontier.profiling import report, run
+    from trnfrontier.profiling import measure, report
 
-    run.check_options(device, trace)
+    measure.check_options(device, trace)
     if kernels:
-        document = run.benchmark_kernels(device or "auto")
+        document = measure.benchmark_kernels(device or "auto")
         if json_output:
             print_json(document)
         else:
@@ -42,13 +42,13 @@ def command(
         return
     if recipe is None:
         raise UsageError("give a RECIPE (file or shipped name), or --kernels")
-    overrides, second = run.split_arguments(list(ctx.args), compare=compare, trace=trace)
+    overrides, second = measure.split_arguments(list(ctx.args), compare=compare, trace=trace)
 
     recipe_a = load_recipe(recipe, overrides)
     if second is not None:
         recipe_b = load_recipe(second, overrides)
-        setup_a = run.build(recipe_a, device)
-        setup_b = run.build(recipe_b, device)
+        setup_a = measure.build(recipe_a, device)
+        setup_b = measure.build(recipe_b, device)
         err().print(f"comparing {recipe_a.name} and {recipe_b.name} on {setup_a.spec.name} ...")
         result = compare_mod.compare(setup_a, setup_b, steps, warmup)
         if json_output:
@@ -57,9 +57,9 @@ def command(
             report.render_compare(result, out())
         return
 
-    setup = run.build(recipe_a, device)
+    setup = measure.build(recipe_a, device)
     err().print(f"profiling {recipe_a.name} on {setup.spec.name}: {warmup} warm-up + 2 x {steps} steps ...")
-    result = run.profile(setup, steps, warmup, top=top, trace=trace)
+    result = measure.profile(setup, steps, warmup, top=top, trace=trace)
     if json_output:
         print_json(result)
     else:

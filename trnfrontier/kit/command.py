@@ -18,7 +18,7 @@ from rich.text import Text
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit.dryrun import DryRunReport, dry_run_kit
-from trnfrontier.kit.run import KitInterrupted, KitOptions, KitRun, train_kit, validate_shape
+from trnfrontier.kit.train_kit import KitInterrupted, KitOptions, KitRun, train_kit, validate_shape
 
 DRY_RUN_TIMEOUT_SECONDS = 600.0
 

@@ -22,7 +22,7 @@ from typing import Any
 from trnfrontier import __version__
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.packaging.run import RunDir, checkpoint_params, read_run, refusal_reasons
+from trnfrontier.packaging.finished_run import RunDir, checkpoint_params, read_run, refusal_reasons
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
 from trnfrontier.packaging.writeup import (
     curve_caption,

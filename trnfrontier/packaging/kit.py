@@ -34,7 +34,7 @@ from trnfrontier.packaging.build import (
     summary_facts,
     write_archive,
 )
-from trnfrontier.packaging.run import checkpoint_params, read_json, refusal_reasons
+from trnfrontier.packaging.finished_run import checkpoint_params, read_json, refusal_reasons
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime.safetensors_io import write_safetensors
 from trnfrontier.runtime.trainer import METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE

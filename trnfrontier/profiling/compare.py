@@ -11,13 +11,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from trnfrontier.profiling import run
+from trnfrontier.profiling import measure
 
 
-def compare(a: run.Setup, b: run.Setup, steps: int, warmup: int, rounds: int = 5) -> dict[str, Any]:
+def compare(a: measure.Setup, b: measure.Setup, steps: int, warmup: int, rounds: int = 5) -> dict[str, Any]:
     """Throughput of B over A (>1: B trains more tokens per second), per round and overall."""
-    run.warm_up(a, warmup)
-    run.warm_up(b, warmup)
+    measure.warm_up(a, warmup)
+    measure.warm_up(b, warmup)
     rounds = max(1, min(rounds, steps))
     per_round = max(1, steps // rounds)
     seconds: dict[str, list[float]] = {"a": [], "b": []}
@@ -26,12 +26,12 @@ def compare(a: run.Setup, b: run.Setup, steps: int, warmup: int, rounds: int = 5
         order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
         block: dict[str, float] = {}
         for key, setup in order:
-            times = [run.guarded(setup, lambda s=setup: run.timed_plain_step(s)) for _ in range(per_round)]
+            times = [measure.guarded(setup, lambda s=setup: measure.timed_plain_step(s)) for _ in range(per_round)]
             block[key] = statistics.median(times)
             seconds[key] += times
         ratios.append((b.tokens_per_step / block["b"]) / (a.tokens_per_step / block["a"]))
 
-    def side(setup: run.Setup, key: str) -> dict[str, Any]:
+    def side(setup: measure.Setup, key: str) -> dict[str, Any]:
         step = statistics.median(seconds[key])
         return {
             "recipe": setup.recipe.name,
