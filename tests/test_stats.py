@@ -1,0 +1,124 @@
+"""trnfrontier.stats against closed forms, printed tables and planted differences."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+from trnfrontier import stats
+
+
+@pytest.mark.parametrize("t", [-30.0, -2.5, -0.3, 0.0, 0.7, 1.9, 12.0])
+def test_t_cdf_matches_closed_forms(t: float) -> None:
+    # df = 1 is the Cauchy distribution; df = 2 has an algebraic CDF.
+    assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+    assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("df", "q975"),
+    [(1, 12.7062), (2, 4.3027), (3, 3.1824), (5, 2.5706), (10, 2.2281), (30, 2.0423), (120, 1.9799)],
+)
+def test_t_quantile_matches_printed_tables(df: int, q975: float) -> None:
+    assert stats.t_quantile(0.975, df) == pytest.approx(q975, abs=5e-4)
+    assert stats.t_quantile(0.025, df) == pytest.approx(-q975, abs=5e-4)
+    assert stats.t_cdf(stats.t_quantile(0.9, df + 0.5), df + 0.5) == pytest.approx(0.9, abs=1e-10)
+
+
+def test_t_approaches_the_normal_for_many_degrees_of_freedom() -> None:
+    normal = statistics.NormalDist()
+    for x in (-2.0, 0.5, 1.96):
+        assert stats.t_cdf(x, 1e6) == pytest.approx(normal.cdf(x), abs=1e-6)
+
+
+def test_regularized_beta_symmetry_and_edges() -> None:
+    for a, b, x in ((2.0, 3.0, 0.3), (0.5, 7.5, 0.9), (40.0, 0.5, 0.95)):
+        assert stats.regularized_beta(a, b, x) == pytest.approx(1 - stats.regularized_beta(b, a, 1 - x), abs=1e-12)
+    # I_x(1, 1) = x; I_x(a, 1) = x^a.
+    assert stats.regularized_beta(1.0, 1.0, 0.37) == pytest.approx(0.37)
+    assert stats.regularized_beta(3.0, 1.0, 0.5) == pytest.approx(0.125)
+    with pytest.raises(ValueError):
+        stats.regularized_beta(1.0, 1.0, 1.5)
+
+
+def test_welch_by_hand() -> None:
+    a, b = [1.0, 2.0, 3.0], [2.0, 4.0, 6.0, 8.0]
+    d = stats.welch(a, b)
+    va, vb = 1.0 / 3, (20.0 / 3) / 4  # var/n per side
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)
+    t = 3.0 / math.sqrt(va + vb)
+    assert d.difference == pytest.approx(3.0)
+    assert d.df == pytest.approx(df)
+    assert d.p_value == pytest.approx(2 * (1 - stats.t_cdf(t, df)))
+    assert d.half_width == pytest.approx(stats.t_quantile(0.975, df) * math.sqrt(va + vb))
+    assert d.method == "welch"
+
+
+def test_a_planted_difference_is_found_and_an_equal_pair_is_not() -> None:
+    rng = random.Random(7)
+    a = [0.950 + rng.gauss(0, 0.0003) for _ in range(6)]
+    b = [0.946 + rng.gauss(0, 0.0003) for _ in range(6)]
+    found = stats.welch(a, b)
+    assert found.p_value is not None and found.p_value < 0.001
+    assert found.low is not None and found.high is not None and found.low < -0.004 + 0.0006 and found.high < 0
+    assert found.low <= -0.004 <= found.high or abs(found.difference + 0.004) < 0.0005
+
+    same = stats.welch(a, [v + rng.gauss(0, 0.0003) for v in a])
+    assert same.p_value is not None and same.p_value > 0.05
+    assert same.low is not None and same.high is not None and same.low < 0 < same.high
+
+
+def test_interval_coverage_is_near_nominal() -> None:
+    rng = random.Random(3)
+    covered = 0
+    trials = 400
+    for _ in range(trials):
+        a = [rng.gauss(0, 1) for _ in range(4)]
+        b = [rng.gauss(0.5, 2) for _ in range(5)]
+        d = stats.welch(a, b)
+        covered += d.low <= 0.5 <= d.high  # type: ignore[operator]
+    assert 0.90 <= covered / trials <= 0.99
+
+
+def test_single_values_say_what_they_cannot_know() -> None:
+    none = stats.welch([1.0], [1.2])
+    assert none.method == "none" and none.p_value is None and none.low is None
+    one_side = stats.welch([1.0], [1.2, 1.3, 1.25])
+    assert one_side.method == "pooled-from-one-side" and one_side.df == 2
+    assert stats.describe([3.0]).sd is None
+    with pytest.raises(ValueError):
+        stats.describe([])
+    with pytest.raises(ValueError):
+        stats.describe([1.0, math.nan])
+
+
+def test_ratio_intervals() -> None:
+    rng = random.Random(11)
+    a = [100.0 * math.exp(rng.gauss(0, 0.01)) for _ in range(8)]
+    b = [120.0 * math.exp(rng.gauss(0, 0.01)) for _ in range(8)]
+    r = stats.ratio_interval(a, b)
+    assert r.low is not None and r.high is not None and r.low < r.ratio < r.high
+    assert 1.15 < r.low and r.high < 1.25 and r.p_value is not None and r.p_value < 1e-6
+    boot = stats.bootstrap_ratio_interval(a, b, seed=1)
+    assert boot == stats.bootstrap_ratio_interval(a, b, seed=1)  # deterministic
+    assert boot.low is not None and boot.high is not None and boot.low < 1.2 < boot.high
+    with pytest.raises(ValueError):
+        stats.ratio_interval([1.0, -1.0], [1.0, 2.0])
+
+
+def test_seeds_to_resolve_matches_the_power_it_promises() -> None:
+    n = stats.seeds_to_resolve(sd=0.0003, delta=0.0003)
+    assert n is not None and 15 <= n <= 20  # normal approximation: 2 (1.96 + 0.84)^2 = 15.7
+    assert stats.seeds_to_resolve(0.0003, 0.003) == 2  # ten spreads apart: the minimum
+    assert stats.seeds_to_resolve(0.0003, 0.0006) < n  # type: ignore[operator]
+    assert stats.seeds_to_resolve(1.0, 1e-6) is None
+    # Simulated power at that n is near the 80 % asked for.
+    rng = random.Random(5)
+    hits = sum(
+        stats.welch([rng.gauss(0, 1) for _ in range(n)], [rng.gauss(1, 1) for _ in range(n)]).p_value < 0.05  # type: ignore[operator]
+        for _ in range(300)
+    )
+    assert 0.72 <= hits / 300 <= 0.92
