@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import UsageError
-from trnfrontier.packaging.build import PackageResult, package_run
-from trnfrontier.packaging.kit import package_kit
+
+if TYPE_CHECKING:  # the packaging library imports torch; the command imports it when it runs
+    from trnfrontier.packaging.build import PackageResult
 
 
 def _report(result: PackageResult, json_output: bool) -> None:
@@ -80,6 +82,9 @@ def command(
     ),
 ) -> int:
     """Package a run (or, with --train-py, your own train.py) as submission.tar."""
+    from trnfrontier.packaging.build import package_run
+    from trnfrontier.packaging.kit import package_kit
+
     if train_py is not None:
         if run_dir is not None:
             raise UsageError(

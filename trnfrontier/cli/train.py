@@ -9,13 +9,6 @@ from rich.text import Text
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.training import (
-    failure_message,
-    plan_from_arguments,
-    run_plan,
-    summary_table,
-    tail_log,
-)
 
 
 def command(
@@ -83,6 +76,16 @@ def command(
             raise UsageError(
                 f"{flag} applies to --train-py runs; a recipe run's limits are budget.seconds and budget.max_steps"
             )
+
+    # Imported here, not at the top: the training library imports torch, and `trnf --help`
+    # must not pay for it.
+    from trnfrontier.training import (
+        failure_message,
+        plan_from_arguments,
+        run_plan,
+        summary_table,
+        tail_log,
+    )
 
     plan = plan_from_arguments(
         recipe, list(ctx.args), out=out_dir, name=name, nproc=nproc, lnc=lnc, resume=resume

@@ -12,16 +12,31 @@ import yaml
 from trnfrontier.errors import TrnfError
 from trnfrontier.recipes.schema import Recipe
 
+# Channels of the value-embedding gate's input (trnfrontier.runtime.model.VE_GATE_CHANNELS);
+# tests/recipes/test_param_count.py holds the two equal.
+VE_GATE_CHANNELS = 32
+
 
 def count_params(recipe: Recipe) -> int:
-    """Parameters of the recipe's model, counted on the meta device (no memory, no init cost)."""
-    import torch
+    """Parameters of the recipe's model, from its shapes alone.
 
-    from trnfrontier.runtime.model import GPT, GPTConfig
-
-    config = GPTConfig.from_recipe(recipe.model.model_dump(mode="json"))
-    with torch.device("meta"):
-        return GPT(config).num_params()
+    Arithmetic rather than building the model: `trnf recipes list|show|validate` must not
+    import torch (seconds of startup). tests/recipes/test_param_count.py checks this count
+    against ``GPT.num_params()`` for every shape option, so the two cannot drift apart."""
+    m = recipe.model
+    width = m.resolved_n_embd()
+    n_head = m.n_head if m.n_head is not None else width // m.head_dim
+    n_kv = m.n_kv_head if m.n_kv_head is not None else n_head
+    kv_dim = n_kv * m.head_dim
+    attention = width * (n_head * m.head_dim) + 2 * width * kv_dim + width * width
+    mlp = 2 * width * (m.mlp_ratio * width)
+    # Alternate layers carry a value embedding (and its gate), always including the last.
+    value_layers = (
+        sum(1 for i in range(m.depth) if i % 2 == (m.depth - 1) % 2) if m.value_embeds else 0
+    )
+    gate = min(VE_GATE_CHANNELS, width) * n_kv
+    embeddings = 2 * m.vocab_size * width  # token embedding + untied lm head
+    return embeddings + m.depth * (attention + mlp) + value_layers * (m.vocab_size * kv_dim + gate)
 
 
 def resolved(recipe: Recipe) -> dict[str, Any]:

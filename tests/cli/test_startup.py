@@ -1,0 +1,68 @@
+"""`trnf --help`, `--version` and the recipe commands start without importing torch.
+
+Importing torch takes seconds (3.7-14 s on a loaded machine); a user asking for help must
+not pay for it. One fresh interpreter runs every command in turn and reports, after each,
+whether torch has been imported so far, so a failure names the first command that did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+LIGHT_COMMANDS = [
+    ["--help"],
+    ["--version"],
+    ["train", "--help"],
+    ["eval", "--help"],
+    ["profile", "--help"],
+    ["package", "--help"],
+    ["verify", "--help"],
+    ["init", "--help"],
+    ["prepare", "--help"],
+    ["recipes", "--help"],
+    ["recipes", "list"],
+    ["recipes", "list", "--json"],
+    ["recipes", "show", "cpu_smoke"],
+    ["recipes", "show", "muon_gqa", "optim.matrix_lr=0.03"],
+    ["recipes", "validate", str(REPO / "recipes" / "cpu_smoke.yaml")],
+    ["recipes", "schema"],
+]
+
+_PROBE = """
+import contextlib, io, json, sys
+from trnfrontier.cli.app import main
+report = [{"argv": None, "torch": "torch" in sys.modules}]
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    report.append({"argv": argv, "code": code, "torch": "torch" in sys.modules})
+sys.stdout.write(json.dumps(report))
+"""
+
+
+def test_help_version_and_recipe_commands_never_import_torch() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRNF_PREPARE"}
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(LIGHT_COMMANDS)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report[0]["torch"] is False, "importing trnfrontier.cli.app imports torch"
+    for row in report[1:]:
+        assert row["code"] in (0, None), row
+        assert row["torch"] is False, f"`trnf {' '.join(row['argv'])}` imported torch"
