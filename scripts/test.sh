@@ -1,7 +1,27 @@
 #!/usr/bin/env bash
 # Set up .venv with the test tools and run the whole test suite (slow end-to-end tests included).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow" -x
+#   --under-load[=N]   run the suite while N busy processes (default: one per core) load the
+#                      CPU, as on a shared CI runner; no test may depend on the machine's speed.
+#                      TRNF_TEST_LOAD=N does the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+load="${TRNF_TEST_LOAD:-0}"
+args=()
+for arg in "$@"; do
+    case "$arg" in
+        --under-load) load="$(nproc)" ;;
+        --under-load=*) load="${arg#*=}" ;;
+        *) args+=("$arg") ;;
+    esac
+done
 bash scripts/setup.sh dev
-exec .venv/bin/python -m pytest "$@"
+if [ "$load" -gt 0 ]; then
+    .venv/bin/python scripts/cpu_load.py "$load" &
+    load_pid=$!
+    trap 'kill "$load_pid" 2>/dev/null || true' EXIT
+    echo "test.sh: $load busy processes load the CPU while the tests run" >&2
+    .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+else
+    exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+fi

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fake_clock import FakeClock
 from trnfrontier.recipes.loading import (
     apply_overrides,
     parse_overrides,
@@ -80,9 +81,18 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def test_run_directory_and_summary(sample_home: Path, prepare_module, tmp_path: Path) -> None:
+def test_run_directory_and_summary(
+    sample_home: Path, prepare_module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "run"
-    summary = train(tiny_recipe("budget.max_steps=6", "eval.every_seconds=0.001"), run)
+    # prepare.py's step log reads the same fake time as the trainer, so the two accountings
+    # can be compared exactly whatever the machine's load.
+    clock = FakeClock()
+    monkeypatch.setattr(prepare_module, "time", clock.as_time_module())
+    monkeypatch.setattr(prepare_module, "PROCESS_START_TIME", clock.now)
+    summary = train(
+        tiny_recipe("budget.max_steps=6", "eval.every_seconds=0.001"), run, time_fn=clock
+    )
     assert summary["status"] == "completed" and summary["stop_reason"] == "max_steps"
     assert SUMMARY_KEYS <= set(summary)
     assert set(summary["versions"]) == {"python", "torch", "trnf"}
@@ -129,13 +139,17 @@ def test_recipe_kernels_section_reaches_the_trainer(sample_home: Path, tmp_path:
 
     try:
         with pytest.warns(KernelFallbackWarning, match="rmsnorm"):
-            summary = train(tiny_recipe("budget.max_steps=2", "kernels.rmsnorm=auto"), tmp_path / "auto")
+            summary = train(
+                tiny_recipe("budget.max_steps=2", "kernels.rmsnorm=auto"),
+                tmp_path / "auto",
+                time_fn=FakeClock(),
+            )
         assert summary["kernels"]["rmsnorm"] == "reference"
         assert set(summary["kernels"]) >= {"relu2", "rmsnorm", "attention", "cross_entropy"}
         from trnfrontier.runtime.kernels import KernelUnavailableError
 
         with pytest.raises(KernelUnavailableError, match="kernels.relu2"):
-            train(tiny_recipe("budget.max_steps=2", "kernels.relu2=on"), tmp_path / "on")
+            train(tiny_recipe("budget.max_steps=2", "kernels.relu2=on"), tmp_path / "on", time_fn=FakeClock())
     finally:
         reset_kernels()
 
@@ -149,8 +163,8 @@ def test_cpu_training_is_deterministic(sample_home: Path, tmp_path: Path) -> Non
         "eval.final=false",
         "data.total_batch_tokens=256",
     )
-    first = train(recipe, tmp_path / "a")
-    second = train(recipe, tmp_path / "b")
+    first = train(recipe, tmp_path / "a", time_fn=FakeClock())
+    second = train(recipe, tmp_path / "b", time_fn=FakeClock())
     assert first["steps"] == second["steps"] == 5
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     a, _ = read_safetensors(tmp_path / "a" / "final" / "model.safetensors")
@@ -162,6 +176,7 @@ def test_loss_goes_down(sample_home: Path, tmp_path: Path) -> None:
     train(
         tiny_recipe("schedule.mode=steps", "schedule.total_steps=25", "eval.final=false"),
         tmp_path / "r",
+        time_fn=FakeClock(),
     )
     curve = losses(tmp_path / "r")
     assert sum(curve[-5:]) / 5 < curve[0] - 0.5
@@ -180,7 +195,7 @@ def test_divergence_stops_saves_last_good_and_names_the_step(
 
     monkeypatch.setattr(GPT, "loss", flaky)
     run = tmp_path / "run"
-    summary = train(tiny_recipe("budget.max_steps=10"), run)
+    summary = train(tiny_recipe("budget.max_steps=10"), run, time_fn=FakeClock())
     assert summary["status"] == "diverged"
     assert summary["diverged_step"] == 4 and summary["steps"] == 3
     assert summary["val_bpb"] is None
@@ -196,7 +211,9 @@ def test_divergence_stops_saves_last_good_and_names_the_step(
 
 def test_exploding_loss_above_max_loss_is_divergence(sample_home: Path, tmp_path: Path) -> None:
     # The initial loss is about ln(8192) = 9.0; a max_loss of 5 trips on the first step.
-    summary = train(tiny_recipe("budget.max_steps=3", "run.max_loss=5"), tmp_path / "r")
+    summary = train(
+        tiny_recipe("budget.max_steps=3", "run.max_loss=5"), tmp_path / "r", time_fn=FakeClock()
+    )
     assert summary["status"] == "diverged" and summary["diverged_step"] == 1
 
 
@@ -207,8 +224,9 @@ def test_time_budget_stops_before_the_budget(sample_home: Path, tmp_path: Path) 
         "eval.final=false",
         "budget.startup_steps_excluded=1",
     )
-    summary = train(recipe, tmp_path / "r")
-    assert summary["stop_reason"] == "budget"
+    # A step costs a few reads of a clock that ticks 0.047 s each: about ten steps fit.
+    summary = train(recipe, tmp_path / "r", time_fn=FakeClock(tick=0.047))
+    assert summary["stop_reason"] == "budget" and summary["steps"] >= 3
     assert summary["over_budget"] is False
     assert summary["charged_seconds"] <= 4.0 - 1.0
     lrs = [
@@ -220,9 +238,27 @@ def test_time_budget_stops_before_the_budget(sample_home: Path, tmp_path: Path) 
 
 def test_resume_without_a_checkpoint_is_an_error(sample_home: Path, tmp_path: Path) -> None:
     with pytest.raises(trainer_mod.TrainingError, match="no complete checkpoint"):
-        train(tiny_recipe("budget.max_steps=2"), tmp_path / "empty", resume=True)
+        train(
+            tiny_recipe("budget.max_steps=2"), tmp_path / "empty", resume=True, time_fn=FakeClock()
+        )
     crash = json.loads((tmp_path / "empty" / "summary.json").read_text())
     assert crash["status"] == "crashed" and "no complete checkpoint" in crash["error"]
+
+
+def test_in_process_runs_do_not_depend_on_when_prepare_was_imported(
+    sample_home: Path, prepare_module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After 34 minutes of test suite a 1-step run was charged 1,120 s and stopped for budget:
+    the organisers' clock starts when prepare.py is imported. An injected clock starts with
+    the run instead."""
+    import time
+
+    monkeypatch.setattr(prepare_module, "PROCESS_START_TIME", time.time() - 2040.0)
+    summary = train(
+        tiny_recipe("budget.max_steps=3", "eval.final=false"), tmp_path / "r", time_fn=FakeClock()
+    )
+    assert summary["stop_reason"] == "max_steps" and summary["steps"] == 3
+    assert summary["over_budget"] is False and summary["charged_seconds"] < 1.0
 
 
 def _entry(run: Path, *extra: str) -> subprocess.Popen:
