@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.runtime.rundir import FINAL_DIR, META_FILE, RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
@@ -28,9 +29,6 @@ from trnfrontier.trusted_prepare import load_contract
 LOAD_GRACE_SECONDS = 300.0
 # The contract's eval_public default, used when nothing is recorded.
 DEFAULT_BATCH_SIZE = 8
-SUMMARY_FILE = "summary.json"
-META_FILE = "meta.json"
-FINAL_DIR = "final"
 
 
 @dataclass
@@ -133,7 +131,7 @@ def recorded_settings(path: Path) -> dict[str, Any]:
     run_dir = _run_dir(path)
     summary = _read_json(run_dir / SUMMARY_FILE) if run_dir else None
     meta = _meta(path)
-    recipe = (meta or {}).get("recipe") or (_read_json(run_dir / "recipe.json") if run_dir else None) or {}
+    recipe = (meta or {}).get("recipe") or (_read_json(run_dir / RECIPE_FILE) if run_dir else None) or {}
     eval_section = recipe.get("eval") if isinstance(recipe.get("eval"), dict) else {}
     for key, summary_key in (("tokens", "eval_tokens"), ("seq_len", "eval_seq_len"), ("batch_size", "eval_batch_size")):
         if summary and summary.get(summary_key):

@@ -34,11 +34,19 @@ from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint import latest_checkpoint
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
 from trnfrontier.runtime.prepare_loader import PREPARE_ENV
-from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, SUMMARY_FILE
+from trnfrontier.runtime.rundir import (
+    COMPLETED,
+    DIVERGED,
+    LOG_FILE,
+    METRICS_FILE,
+    RECIPE_FILE,
+    SUMMARY_FILE,
+    read_summary,
+    write_crash_summary,
+)
 from trnfrontier.trusted_prepare import load_contract, selected_prepare_path
 
 RUNS_DIR = Path("runs")
-LOG_FILE = "train.log"
 # How long the workers get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_SECONDS = 10.0
 # What --name may be: one directory under runs/ (the recipe schema's name pattern).
@@ -166,7 +174,7 @@ def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -
             f"--nproc {nproc} differs from the run's runtime.nproc={recipe.runtime.nproc}; a run resumes with the same process count"
         )
     summary = read_summary(run_dir)
-    if summary and summary.get("status") == "completed":
+    if summary and summary.get("status") == COMPLETED:
         raise TrnfError(
             f"--resume {run_dir}: the run already completed (summary.json); start a new one with --name",
             exit_code=2,
@@ -261,14 +269,6 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- running
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class MetricsTail:
@@ -429,14 +429,12 @@ def run_plan(
     fresh = summary is not None and (run_dir / SUMMARY_FILE).stat().st_mtime_ns != previous_summary
     if not fresh or summary is None:
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-        summary = {
-            "name": plan.recipe.name,
-            "status": "crashed",
-            "error": f"the training process ended without a summary ({how}); see {run_dir / LOG_FILE}",
-            "val_bpb": None,
-            "last_good_checkpoint": str(latest_checkpoint(run_dir) or "") or None,
-        }
-        atomic_write_json(run_dir / SUMMARY_FILE, summary)
+        summary = write_crash_summary(
+            run_dir,
+            name=plan.recipe.name,
+            error=f"the training process ended without a summary ({how}); see {run_dir / LOG_FILE}",
+            last_good_checkpoint=latest_checkpoint(run_dir),
+        )
     summary.setdefault("run_dir", str(run_dir))
     summary["exit_code"] = returncode
     return summary
@@ -445,9 +443,9 @@ def run_plan(
 def failure_message(summary: dict[str, Any], run_dir: Path) -> str | None:
     """One line for a run that did not complete (None when it did)."""
     status = summary.get("status")
-    if status == "completed":
+    if status == COMPLETED:
         return None
-    if status == "diverged":
+    if status == DIVERGED:
         where = summary.get("last_good_checkpoint") or "none"
         return (
             f"training diverged at step {summary.get('diverged_step')} (loss NaN/inf or above run.max_loss); "
@@ -490,7 +488,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_column(style="bold")
     table.add_column()
     status = summary.get("status", "?")
-    table.add_row("status", Text(status, style="green" if status == "completed" else "red"))
+    table.add_row("status", Text(status, style="green" if status == COMPLETED else "red"))
     table.add_row("val_bpb", _fmt(summary.get("val_bpb"), ".6f"))
     if summary.get("eval_tokens") is not None:
         table.add_row(

@@ -37,13 +37,20 @@ from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.prepare_loader import sha256_file
-from trnfrontier.runtime.trainer import (
-    EXIT_DIVERGED,
+from trnfrontier.runtime.rundir import (
+    COMPLETED,
+    CRASHED,
+    DIVERGED,
+    EXIT_FAILED,
+    INTERRUPTED,
     METRICS_FILE,
+    STEP_LOG_ENV,
     STEP_LOG_FILE,
     SUMMARY_FILE,
-    versions,
+    TIMED_OUT,
+    exit_code_for,
 )
+from trnfrontier.runtime.trainer import versions
 from trnfrontier.trusted_prepare import TrustedContract, load_contract
 from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.dryrun import KIT_CHECKPOINT
@@ -175,7 +182,7 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     shutil.copyfile(contract.path, run_dir / "contract" / "prepare.py")
 
     env = dict(os.environ)
-    env["TRNF_STEP_LOG"] = str(run_dir / STEP_LOG_FILE)
+    env[STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(run_dir / "contract"), env.get("PYTHONPATH", "")) if p)
     plan = launch.torchrun_plan(
         python=sys.executable, script=script, nproc=options.nproc, lnc=options.lnc, args=options.args,
@@ -205,17 +212,17 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
 def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int | None]:
     """(status, failing rank), filling the run's problems and failure log."""
     outcome, accounting = seen.outcome, seen.accounting
-    status, failed_rank = "completed", None
+    status, failed_rank = COMPLETED, None
     if outcome.interrupted:
-        status = "interrupted"
+        status = INTERRUPTED
         run.problems.append("interrupted (Ctrl-C): every process of the run was stopped")
     elif outcome.timed_out:
-        status = "timed_out"
+        status = TIMED_OUT
         run.problems.append(f"train.py still running at --timeout {options.timeout:g} s; the whole process tree was killed")
         run.failure_log = run.run_dir / "logs" / "console.log"
         run.failure_tail = logs.tail(run.failure_log)
     elif outcome.exit_code != 0:
-        status = "crashed"
+        status = CRASHED
         failed_rank, run.failure_log, run.failure_tail = logs.failure(
             outcome.console, seen.rank_logs, run.run_dir / "logs" / "console.log")
         line = logs.last_error_line(run.failure_tail)
@@ -223,14 +230,14 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
         run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
     nan_step = seen.printed.non_finite_loss_step()
     if nan_step is not None or seen.facts.get("non_finite"):
-        status = "diverged" if status == "completed" else status
+        status = DIVERGED if status == COMPLETED else status
         what = f"loss is NaN/inf at step {nan_step}" if nan_step is not None else f"NaN/inf weights in {', '.join(seen.facts['non_finite'][:3])}"
         run.problems.append(f"diverged: {what}")
-    if accounting is None and status in ("completed", "diverged"):
+    if accounting is None and status in (COMPLETED, DIVERGED):
         run.problems.append(seen.how)
     if accounting and accounting["over_budget"]:
         run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', 1800)):g} s")
-    if seen.checkpoint is None and status == "completed":
+    if seen.checkpoint is None and status == COMPLETED:
         run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for {KIT_CHECKPOINT} and *.pt under {options.train_py.parent})")
     return status, failed_rank
 
@@ -297,7 +304,8 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     run.summary = _document(run, seen, status, failed_rank, script=script, contract=contract, plan=plan, options=options)
     atomic_write_json(run_dir / SUMMARY_FILE, run.summary)
     if run.problems:
-        run.exit_code = EXIT_DIVERGED if status == "diverged" else (130 if status == "interrupted" else 1)
+        # A completed run with problems (over budget, no checkpoint) still fails.
+        run.exit_code = exit_code_for(status) or EXIT_FAILED
     if outcome.interrupted:
         raise KitInterrupted(run_dir)
     return run

@@ -31,7 +31,7 @@ from trnfrontier.packaging.writeup import (
     recipe_differences,
     render_writeup,
 )
-from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.runtime.rundir import KIT_FILE, META_FILE, MODEL_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import project_root_file
 from trnfrontier.verify.launch import NPROC_CHOICES, LaunchError, launch_line, parse_launch
 from trnfrontier.verify.pins import load_pins
@@ -313,7 +313,7 @@ def package_run(
     run: RunDir = read_run(run_dir)
     team_text = read_team_text(writeup)
     recipe, summary = run.recipe, run.summary
-    params, non_finite = checkpoint_params(run.final_dir / ckpt.MODEL_FILE)
+    params, non_finite = checkpoint_params(run.final_dir / MODEL_FILE)
     reasons = refusal_reasons(
         summary,
         load_pins(pins_file),
@@ -328,10 +328,10 @@ def package_run(
             "utf-8"
         ),
         fmt.LAUNCH_TXT: (launch + "\n").encode(),
-        fmt.CHECKPOINT_SAFETENSORS: run.final_dir / ckpt.MODEL_FILE,
-        fmt.CHECKPOINT_META: run.final_dir / ckpt.META_FILE,
-        fmt.CHECKPOINT_FINAL_PT: run.final_dir / ckpt.KIT_FILE,
-        fmt.SUMMARY: run.path / "summary.json",
+        fmt.CHECKPOINT_SAFETENSORS: run.final_dir / MODEL_FILE,
+        fmt.CHECKPOINT_META: run.final_dir / META_FILE,
+        fmt.CHECKPOINT_FINAL_PT: run.final_dir / KIT_FILE,
+        fmt.SUMMARY: run.path / SUMMARY_FILE,
         fmt.STEP_LOG: run.step_log,
         fmt.METRICS_LOG: run.metrics if run.metrics.is_file() else b"",
     }

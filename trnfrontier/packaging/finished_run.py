@@ -15,8 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.runtime.trainer import METRICS_FILE, RECIPE_FILE, STEP_LOG_FILE, SUMMARY_FILE
+from trnfrontier.runtime.rundir import (
+    COMPLETED,
+    FINAL_DIR,
+    KIT_FILE,
+    META_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    RECIPE_FILE,
+    STEP_LOG_FILE,
+    SUMMARY_FILE,
+)
 from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.checkpoint import CheckpointError, scan_safetensors
 from trnfrontier.verify.pins import Pins
@@ -59,10 +68,10 @@ def read_run(path: Path) -> RunDir:
             f"{path}: no such run directory (give runs/<name>, the --out of `trnf train`)"
         )
     summary = read_json(path / SUMMARY_FILE, "summary.json (is this a finished `trnf train` run?)")
-    final_dir = path / ckpt.FINAL_DIR
+    final_dir = path / FINAL_DIR
     missing = [
         name
-        for name in (ckpt.MODEL_FILE, ckpt.META_FILE, ckpt.KIT_FILE)
+        for name in (MODEL_FILE, META_FILE, KIT_FILE)
         if not (final_dir / name).is_file()
     ]
     if missing:
@@ -74,7 +83,7 @@ def read_run(path: Path) -> RunDir:
     if (path / RECIPE_FILE).is_file():
         recipe = read_json(path / RECIPE_FILE, "recipe.json")
     else:
-        recipe = read_json(final_dir / ckpt.META_FILE, "final/meta.json").get("recipe")
+        recipe = read_json(final_dir / META_FILE, "final/meta.json").get("recipe")
         if not isinstance(recipe, dict):
             raise TrnfError(
                 f"{path}: no recipe.json and final/meta.json records no recipe; cannot regenerate train.py"
@@ -153,7 +162,7 @@ def refusal_reasons(
         )
     elif step_log is not None and (reason := log_budget_reason(step_log)):
         reasons.append(reason)
-    if s.get("status") not in (None, "completed"):
+    if s.get("status") not in (None, COMPLETED):
         step = f" at step {s['diverged_step']}" if s.get("diverged_step") else ""
         reasons.append(f"run status is {s.get('status')!r}{step}, not 'completed'")
     if s.get("final_loss") is not None and not _finite(s.get("final_loss")):

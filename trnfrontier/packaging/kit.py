@@ -35,9 +35,14 @@ from trnfrontier.packaging.build import (
     write_archive,
 )
 from trnfrontier.packaging.finished_run import checkpoint_params, read_json, refusal_reasons
-from trnfrontier.runtime import checkpoint as ckpt
+from trnfrontier.runtime.rundir import (
+    META_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    STEP_LOG_FILE,
+    SUMMARY_FILE,
+)
 from trnfrontier.runtime.safetensors_io import write_safetensors
-from trnfrontier.runtime.trainer import METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE
 from trnfrontier.verify.pins import load_pins
 
 NOT_SHIPPED = frozenset({"prepare", "train"})
@@ -125,7 +130,7 @@ def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, 
         )
     state = {name: t for name, t in blob["model_state"].items() if isinstance(t, torch.Tensor)}
     members: dict[str, Path | bytes] = {fmt.CHECKPOINT_FINAL_PT: checkpoint}
-    safetensors, meta = checkpoint.with_name(ckpt.MODEL_FILE), checkpoint.with_name(ckpt.META_FILE)
+    safetensors, meta = checkpoint.with_name(MODEL_FILE), checkpoint.with_name(META_FILE)
     if safetensors.is_file():
         members[fmt.CHECKPOINT_SAFETENSORS] = safetensors
         params, non_finite = checkpoint_params(safetensors)

@@ -29,15 +29,16 @@ from typing import Any, Literal
 from trnfrontier import __version__
 from trnfrontier.errors import TrnfError
 from trnfrontier.packaging.flatten import flatten, module_closure
+from trnfrontier.runtime.rundir import KIT_OUT_DIR
 from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV
 
 Mode = Literal["package", "single"]
 RUNTIME_PACKAGE = "trnfrontier.runtime"
 RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
 DEVICE_ENV = "TRNF_DEVICE"
-OUT_DIR = "out"
+OUT_DIR = KIT_OUT_DIR
 # Modules train.py itself calls; everything they import comes along.
-_ROOTS = ["trainer", "checkpoint"]
+_ROOTS = ["trainer", "checkpoint", "rundir"]
 _NO_KERNELS = "this single-file train.py carries no NKI kernel dispatch (`trnf package` without --single-file ships it)"
 
 # The names the generated code defines after the runtime (checked against it when inlining).
@@ -92,18 +93,18 @@ def effective_recipe(recipe: dict, environ=os.environ) -> dict:
 def publish_final(run_dir: Path, out_dir: Path) -> None:
     """Copy the consolidated checkpoint to out/ (final.pt, model.safetensors, meta.json),
     each through a temporary name, so out/final.pt is never half-written."""
-    for name in ("model.safetensors", "meta.json", "final.pt"):
+    for name in (MODEL_FILE, META_FILE, KIT_FILE):
         tmp = out_dir / (".tmp-" + name)
-        shutil.copyfile(run_dir / "final" / name, tmp)
+        shutil.copyfile(run_dir / FINAL_DIR / name, tmp)
         os.replace(tmp, out_dir / name)
 {load_for_eval}
 
 def main() -> int:
     recipe = effective_recipe(RECIPE)
     # A launcher that reads the step-boundary log elsewhere says where (kit runs, dry runs).
-    summary = train(recipe, RUN_DIR, step_log=os.environ.get("TRNF_STEP_LOG") or None)
-    if summary.get("status") != "completed":
-        return 3 if summary.get("status") == "diverged" else 1
+    summary = train(recipe, RUN_DIR, step_log=os.environ.get(STEP_LOG_ENV) or None)
+    if summary.get("status") != COMPLETED:
+        return exit_code_for(summary.get("status"))
     if int(os.environ.get("RANK", "0")) == 0:
         publish_final(RUN_DIR, OUT_DIR)
     return 0
@@ -166,6 +167,8 @@ def render_train_py(
             "from __future__ import annotations\n\n"
             "import copy\nimport os\nimport shutil\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
             "from trnfrontier.runtime.checkpoint import load_for_eval as _load_checkpoint\n"
+            "from trnfrontier.runtime.rundir import (\n"
+            "    COMPLETED,\n    FINAL_DIR,\n    KIT_FILE,\n    META_FILE,\n    MODEL_FILE,\n    STEP_LOG_ENV,\n    exit_code_for,\n)\n"
             "from trnfrontier.runtime.trainer import train\n"
         )
         return head + "\n" + imports + _body(recipe, load_for_eval=_LOAD_FOR_EVAL)

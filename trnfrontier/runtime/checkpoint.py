@@ -35,16 +35,18 @@ import torch.nn as nn
 
 from trnfrontier.runtime.atomic import json_bytes, remove_leftovers, write_directory
 from trnfrontier.runtime.model import GPT, ROTARY_CONTEXT_FACTOR, GPTConfig
+from trnfrontier.runtime.rundir import (
+    CHECKPOINTS_DIR,
+    FINAL_DIR,
+    KIT_FILE,
+    META_FILE,
+    MODEL_FILE,
+    OPTIM_FILE,
+    RNG_FILE,
+    STATE_FILE,
+)
 from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
 
-CHECKPOINTS_DIR = "checkpoints"
-FINAL_DIR = "final"
-MODEL_FILE = "model.safetensors"
-META_FILE = "meta.json"
-OPTIM_FILE = "optim.pt"
-STATE_FILE = "state.json"
-RNG_FILE = "rng.safetensors"
-KIT_FILE = "final.pt"
 CHECKPOINT_FORMAT = "trnfrontier-checkpoint/1"
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 

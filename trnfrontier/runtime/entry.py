@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     # prepare.py records PROCESS_START_TIME when it is imported and the budget clock runs
     # from there: import it before torch and the model, as a kit train.py does at its top.
     load_prepare()
-    from trnfrontier.runtime.trainer import EXIT_DIVERGED, train
+    from trnfrontier.runtime.rundir import exit_code_for
+    from trnfrontier.runtime.trainer import train
 
     parser = argparse.ArgumentParser(
         prog="python -m trnfrontier.runtime.entry", description=__doc__.splitlines()[0]
@@ -36,10 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         parser.error(f"--recipe {args.recipe}: {exc}")
     summary = train(recipe, args.out, resume=args.resume)
-    status = summary.get("status")
-    if status == "completed":
-        return 0
-    return EXIT_DIVERGED if status == "diverged" else 1
+    return exit_code_for(summary.get("status"))
 
 
 if __name__ == "__main__":

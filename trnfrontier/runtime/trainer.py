@@ -39,14 +39,18 @@ from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
+from trnfrontier.runtime.rundir import (
+    COMPLETED,
+    DIVERGED,
+    METRICS_FILE,
+    STEP_LOG_ENV,
+    STEP_LOG_FILE,
+    SUMMARY_FILE,
+    write_crash_summary,
+)
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps
 
-SUMMARY_FILE = "summary.json"
-METRICS_FILE = "metrics.jsonl"
-STEP_LOG_FILE = "step_boundaries.jsonl"
-RECIPE_FILE = "recipe.json"
 KEEP_CHECKPOINTS = 2
-EXIT_DIVERGED = 3
 
 
 class TrainingError(RuntimeError):
@@ -373,7 +377,7 @@ class Trainer:
         ckpt_every, eval_every = run_cfg.get("checkpoint_every_seconds"), e.get("every_seconds")
         last_ckpt = last_eval = self.time_fn()
         steady_from: tuple[int, float] | None = None  # (tokens, time) when startup ended
-        status, stop_reason, diverged_step, last_good = "completed", "", None, None
+        status, stop_reason, diverged_step, last_good = COMPLETED, "", None, None
         last_loss = float("nan")
         started = self.time_fn()
 
@@ -393,7 +397,7 @@ class Trainer:
                 # The update from this loss is never applied: the weights are still those
                 # that every earlier (finite) step produced.
                 self._zero_grads()
-                status, stop_reason, diverged_step = "diverged", "diverged", self.step + 1
+                status, stop_reason, diverged_step = DIVERGED, "diverged", self.step + 1
                 last_loss = local_loss
                 if self._weights_finite():
                     last_good = self._save_checkpoint(clock)
@@ -470,7 +474,7 @@ class Trainer:
         self.metrics.close()
 
         final_path, evaluation = None, None
-        if status == "completed":
+        if status == COMPLETED:
             distributed.barrier()
             if self.main:
                 final_path = ckpt.save_final(self.out_dir, self.model, self._meta(clock))
@@ -598,7 +602,7 @@ def train(
         torch.set_num_threads(int(runtime["threads"]))
     if recipe["data"].get("dataset"):
         os.environ["TRNF_DATASET"] = str(recipe["data"]["dataset"])
-    os.environ["TRNF_STEP_LOG"] = str(
+    os.environ[STEP_LOG_ENV] = str(
         Path(step_log).resolve() if step_log else out_dir / STEP_LOG_FILE
     )
     if runtime["device"] in ("neuron", "auto"):
@@ -622,16 +626,12 @@ def train(
 def _write_crash_summary(out_dir: Path, recipe: dict[str, Any], exc: BaseException) -> None:
     """A crashed run still leaves a summary naming what went wrong (no traceback parsing)."""
     try:
-        atomic_write_json(
-            out_dir / SUMMARY_FILE,
-            {
-                "name": recipe.get("name"),
-                "status": "crashed",
-                "error": f"{type(exc).__name__}: {exc}",
-                "val_bpb": None,
-                "last_good_checkpoint": str(ckpt.latest_checkpoint(out_dir) or "") or None,
-                "versions": versions(),
-            },
+        write_crash_summary(
+            out_dir,
+            name=recipe.get("name"),
+            error=f"{type(exc).__name__}: {exc}",
+            last_good_checkpoint=ckpt.latest_checkpoint(out_dir),
+            versions=versions(),
         )
     except OSError:
         pass

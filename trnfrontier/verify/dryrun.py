@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR, STEP_LOG_ENV, STEP_LOG_FILE
 from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
 from trnfrontier.verify.probe_process import run_in_group, run_probe
@@ -41,9 +42,9 @@ ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
 OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
 DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
 # Where a kit-style train.py writes its checkpoint, relative to its directory.
-KIT_CHECKPOINT = Path("out") / "final.pt"
+KIT_CHECKPOINT = Path(KIT_OUT_DIR) / KIT_FILE
 # Where TRNF_STEP_LOG points prepare.record_step_boundary, relative to the run directory.
-STEP_LOG = "step_boundaries.jsonl"
+STEP_LOG = STEP_LOG_FILE
 
 
 @dataclass
@@ -130,7 +131,7 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
         DRY_RUN_STEPS_ENV: str(steps),
         "TRNF_DEVICE": "cpu",
         "TRNF_DIST_BACKEND": "gloo",
-        "TRNF_STEP_LOG": str(run_dir / STEP_LOG),
+        STEP_LOG_ENV: str(run_dir / STEP_LOG),
     }
     # The data a train.py reads comes through prepare.py, which finds it here.
     for name in ("TRNF_HOME", "TRNF_DATASET"):
