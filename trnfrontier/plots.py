@@ -54,7 +54,7 @@ def loss_curves(curves: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: Pa
             if isinstance(r.get(x), (int, float)) and isinstance(r.get("loss"), (int, float))
         ]
         if points:
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=True)
             axis.plot(xs, ys, label=label, linewidth=1.2)
             drawn += 1
     if not drawn:
