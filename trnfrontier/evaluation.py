@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime.rundir import FINAL_DIR, META_FILE, RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
@@ -189,7 +190,7 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     command = [sys.executable, "-m", "trnfrontier.eval_worker", json.dumps(spec)]
     try:
         # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
-        done = subprocess.run(command, capture_output=True, text=True, timeout=deadline, env=dict(os.environ))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=deadline, env=child_env(os.environ))
     except subprocess.TimeoutExpired:
         return {
             "error": f"did not finish within {deadline:g} s (--timeout {spec['timeout']:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",

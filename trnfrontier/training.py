@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trnfrontier import processes
+from trnfrontier.child_env import data_env
 from trnfrontier.console import err
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
@@ -260,7 +261,7 @@ def launch_command(run_dir: Path, recipe: Recipe, resume: bool) -> list[str]:
 def launch_env(recipe: Recipe) -> dict[str, str]:
     """Environment additions: the same prepare.py and dataset in every worker, and the
     Neuron logical-core configuration from the recipe."""
-    env = {PREPARE_ENV: str(selected_prepare_path())}
+    env = {**data_env(), PREPARE_ENV: str(selected_prepare_path())}
     if recipe.data.dataset:
         env["TRNF_DATASET"] = recipe.data.dataset
     if recipe.runtime.device in ("neuron", "auto"):

@@ -59,3 +59,19 @@ def test_crash_on_rank_1_fails_the_steps_stage_with_its_traceback(sample_home: P
     assert "trnf: error: dry run failed at steps: rank 1 failed" in err
     assert "RuntimeError: injected failure on rank 1 at step 2" in err
     assert "start" in out and "FAIL" in out
+
+
+@pytest.mark.slow
+def test_dry_run_reads_the_default_data_home(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default install: TRNF_HOME unset, the data in ~/.cache/trnfrontier."""
+    user = tmp_path / "user"
+    (user / ".cache").mkdir(parents=True)
+    (user / ".cache" / "trnfrontier").symlink_to(sample_home)
+    monkeypatch.setenv("HOME", str(user))
+    monkeypatch.delenv("TRNF_HOME")
+    train_py = write_train_py(tmp_path / "team", "good")
+    code, out, err = run_cli(["train", "--train-py", str(train_py), "--dry-run", "--steps", "2", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["passed"] is True

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.child_env import child_env
 from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
 from trnfrontier.runtime.atomic import atomic_write_json
@@ -181,7 +182,7 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     (run_dir / "contract").mkdir(exist_ok=True)
     shutil.copyfile(contract.path, run_dir / "contract" / "prepare.py")
 
-    env = dict(os.environ)
+    env = child_env(os.environ)
     env[STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(run_dir / "contract"), env.get("PYTHONPATH", "")) if p)
     plan = launch.torchrun_plan(

@@ -25,7 +25,6 @@ loaded through ``load_for_eval`` by the probe, in the same clean environment.
 from __future__ import annotations
 
 import importlib.metadata as metadata
-import os
 import re
 import shutil
 import subprocess
@@ -33,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trnfrontier.child_env import child_env
 from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR, STEP_LOG_ENV, STEP_LOG_FILE
 from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
@@ -133,11 +133,9 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
         "TRNF_DIST_BACKEND": "gloo",
         STEP_LOG_ENV: str(run_dir / STEP_LOG),
     }
-    # The data a train.py reads comes through prepare.py, which finds it here.
-    for name in ("TRNF_HOME", "TRNF_DATASET"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
-    return env
+    # The data a train.py reads comes through prepare.py, which finds it through TRNF_HOME:
+    # forwarded even when unset here, since HOME above is not the user's (child_env).
+    return child_env(env)
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:

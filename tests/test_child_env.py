@@ -1,0 +1,41 @@
+"""The environment of spawned processes carries the data home, set or default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trnfrontier.child_env import child_env, data_env, data_home
+from trnfrontier.verify.dryrun import clean_environ
+
+
+def test_the_default_data_home_is_written_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TRNF_HOME", raising=False)
+    monkeypatch.delenv("TRNF_DATASET", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert data_home() == tmp_path / "user" / ".cache" / "trnfrontier"
+    assert data_env()["TRNF_HOME"] == str(tmp_path / "user" / ".cache" / "trnfrontier")
+    assert "TRNF_DATASET" not in data_env()
+
+
+def test_a_set_home_dataset_and_prepare_are_forwarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path / "h"))
+    monkeypatch.setenv("TRNF_DATASET", "sample")
+    monkeypatch.setenv("TRNF_PREPARE", str(tmp_path / "prepare.py"))
+    env = child_env({"PATH": "/bin", "TRNF_DATASET": "other"})
+    assert env["TRNF_HOME"] == str(tmp_path / "h") and env["PATH"] == "/bin"
+    assert env["TRNF_DATASET"] == "other"  # what the caller sets wins
+    assert env["TRNF_PREPARE"] == str(tmp_path / "prepare.py")
+
+
+def test_the_dry_runs_clean_environment_finds_the_users_default_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The clean environment replaces HOME; with TRNF_HOME unset, prepare.py inside it looked
+    for data under the temporary home and the README's dry runs failed on a default install."""
+    monkeypatch.delenv("TRNF_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    env = clean_environ(tmp_path / "work" / "home", 1, 2, 3, tmp_path / "work" / "run")
+    assert env["HOME"] == str(tmp_path / "work" / "home")
+    assert env["TRNF_HOME"] == str(tmp_path / "user" / ".cache" / "trnfrontier")

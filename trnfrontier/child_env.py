@@ -1,0 +1,48 @@
+"""What every process trnf spawns must be told, so it finds the same data and contract.
+
+A child (a torchrun worker, a fresh eval process, a dry run in a clean environment) finds
+its data through prepare.py, which reads ``$TRNF_HOME`` and falls back to
+``~/.cache/trnfrontier``. A clean environment replaces ``HOME``, so that fallback would
+point into an empty temporary folder: the child must be told the data home explicitly,
+resolved here in the parent, whether or not the user ever set ``TRNF_HOME``.
+
+``data_env()`` is the one place that decides what is forwarded; ``child_env(base)`` adds
+it to an environment being built. Other forwarding (the organisers'
+``NEURON_COMPETITION_R1_*`` variables) belongs here too, so every spawn site gets it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+HOME_ENV = "TRNF_HOME"
+DEFAULT_HOME = "~/.cache/trnfrontier"
+# Forwarded as they are when set: the prepared dataset to read, the trusted prepare.py.
+FORWARDED = ("TRNF_DATASET", "TRNF_PREPARE")
+
+
+def data_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The data/cache root this process uses: ``$TRNF_HOME``, else ``~/.cache/trnfrontier``
+    (prepare.py's rule), as an absolute path."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(HOME_ENV) or DEFAULT_HOME
+    return Path(chosen).expanduser().resolve()
+
+
+def data_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a child needs to see this process's data and contract: ``TRNF_HOME``
+    always (the default written out), and ``TRNF_DATASET`` / ``TRNF_PREPARE`` when set."""
+    environ = os.environ if environ is None else environ
+    env = {HOME_ENV: str(data_home(environ))}
+    for name in FORWARDED:
+        if environ.get(name):
+            env[name] = environ[name]
+    return env
+
+
+def child_env(base: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (the environment being built for a child) plus ``data_env()``; what ``base``
+    sets itself wins."""
+    return {**data_env(environ), **base}
