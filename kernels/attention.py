@@ -25,6 +25,13 @@ PMAX = 128
 NEG_BIG = -1.0e30  # masked scores: finite so that exp(NEG_BIG - m) is exactly 0, never NaN
 
 
+def _share(n_items):
+    """(first, count): this program's contiguous share of n_items under the launch grid."""
+    pid, nprog = nl.program_id(0), nl.num_programs(0)
+    base, extra = n_items // nprog, n_items % nprog
+    return pid * base + min(pid, extra), base + (1 if pid < extra else 0)
+
+
 def _load_transposed(src, dtype, rows, d):
     """[rows, d] from HBM -> [d, rows] in SBUF, via a Tensor Engine transpose."""
     t = nl.ndarray((PMAX, d), dtype=dtype, buffer=nl.sbuf)
@@ -118,17 +125,16 @@ def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
 def attention_fwd(q, k, v, scale):
     """q [B, H, T, D], k/v [B, Hkv, T, D] -> (o [B, H, T, D], lse [B, H, T, 1] float32)."""
     bsz, heads, t, d = q.shape
-    kv_heads = k.shape[1]
-    group = heads // kv_heads
+    group = heads // k.shape[1]
     o = nl.ndarray((bsz, heads, t, d), dtype=q.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, heads, t, 1), dtype=nl.float32, buffer=nl.shared_hbm)
-    for b in nl.affine_range(bsz):
-        # query head h = kvh * group + r reads kv head kvh (affine in the loop indices)
-        for kvh in nl.affine_range(kv_heads):
-            for r in nl.affine_range(group):
-                # static: the number of key tiles (and the diagonal) depends on the query tile
-                for q0 in nl.static_range(0, t, PMAX):
-                    _query_tile(
-                        q, k, v, o, lse, b, kvh * group + r, kvh, q0, min(PMAX, t - q0), scale
-                    )
+    # work items: (batch row, query head); the grid's programs split them. Query head h
+    # reads kv head h // group.
+    first, count = _share(bsz * heads)
+    for j in nl.affine_range(count):
+        b = (first + j) // heads
+        h = (first + j) % heads
+        # the number of key tiles (and the diagonal) depends on the query tile
+        for q0 in nl.static_range(0, t, PMAX):
+            _query_tile(q, k, v, o, lse, b, h, h // group, q0, min(PMAX, t - q0), scale)
     return o, lse

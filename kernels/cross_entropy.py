@@ -23,6 +23,18 @@ VCHUNK = 512
 NEG_BIG = -1.0e30  # a finite -inf: exp(NEG_BIG - m) underflows to exactly 0
 
 
+def _share(n_items):
+    """(first, count): this program's contiguous share of n_items under the launch grid."""
+    pid, nprog = nl.program_id(0), nl.num_programs(0)
+    base, extra = n_items // nprog, n_items % nprog
+    return pid * base + min(pid, extra), base + (1 if pid < extra else 0)
+
+
+def _last_program():
+    """The program that takes the ragged tail tile (the only one without a grid)."""
+    return nl.program_id(0) == nl.num_programs(0) - 1
+
+
 def _softcapped(z, r0, rows, c0, cols, cap):
     """Load one chunk of logits and return it softcapped, in float32."""
     zt = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
@@ -131,9 +143,10 @@ def cross_entropy_fwd(z, targets, cap):
     n = z.shape[0]
     loss = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     lse = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // PMAX):
-        _fwd_tile(z, targets, loss, lse, i * PMAX, PMAX, cap)
-    if n % PMAX:
+    first, count = _share(n // PMAX)
+    for j in nl.affine_range(count):
+        _fwd_tile(z, targets, loss, lse, (first + j) * PMAX, PMAX, cap)
+    if n % PMAX and _last_program():
         _fwd_tile(z, targets, loss, lse, n - n % PMAX, n % PMAX, cap)
     return loss, lse
 
@@ -199,8 +212,9 @@ def cross_entropy_bwd(z, targets, lse, dloss, cap):
     """dz [N, V] (z's dtype) for the per-row losses, given dloss [N, 1] float32."""
     n, v = z.shape
     dz = nl.ndarray((n, v), dtype=z.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // PMAX):
-        _bwd_tile(z, targets, lse, dloss, dz, i * PMAX, PMAX, cap)
-    if n % PMAX:
+    first, count = _share(n // PMAX)
+    for j in nl.affine_range(count):
+        _bwd_tile(z, targets, lse, dloss, dz, (first + j) * PMAX, PMAX, cap)
+    if n % PMAX and _last_program():
         _bwd_tile(z, targets, lse, dloss, dz, n - n % PMAX, n % PMAX, cap)
     return dz

@@ -14,6 +14,18 @@ PMAX = 128  # partitions per tile (nl.tile_size.pmax on Trn2)
 FREE_CHUNK = 2048  # columns per tile: 8 KiB per partition in float32
 
 
+def _share(n_items):
+    """(first, count): this program's contiguous share of n_items under the launch grid."""
+    pid, nprog = nl.program_id(0), nl.num_programs(0)
+    base, extra = n_items // nprog, n_items % nprog
+    return pid * base + min(pid, extra), base + (1 if pid < extra else 0)
+
+
+def _last_program():
+    """The program that takes the ragged tail tile (the only one without a grid)."""
+    return nl.program_id(0) == nl.num_programs(0) - 1
+
+
 def _fwd_tile(x, y, r0, rows):
     d = x.shape[1]
     for c0 in nl.static_range(0, d, FREE_CHUNK):
@@ -32,9 +44,10 @@ def relu2_fwd(x):
     """y = relu(x)^2, same shape and dtype as x [N, D]."""
     n, d = x.shape
     y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // PMAX):
-        _fwd_tile(x, y, i * PMAX, PMAX)
-    if n % PMAX:
+    first, count = _share(n // PMAX)
+    for j in nl.affine_range(count):
+        _fwd_tile(x, y, (first + j) * PMAX, PMAX)
+    if n % PMAX and _last_program():
         _fwd_tile(x, y, n - n % PMAX, n % PMAX)
     return y
 
@@ -65,8 +78,9 @@ def relu2_bwd(x, dy):
     """dx = 2 relu(x) dy for x, dy [N, D]."""
     n, d = x.shape
     dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // PMAX):
-        _bwd_tile(x, dy, dx, i * PMAX, PMAX)
-    if n % PMAX:
+    first, count = _share(n // PMAX)
+    for j in nl.affine_range(count):
+        _bwd_tile(x, dy, dx, (first + j) * PMAX, PMAX)
+    if n % PMAX and _last_program():
         _bwd_tile(x, dy, dx, n - n % PMAX, n % PMAX)
     return dx

@@ -15,6 +15,18 @@ import nki.language as nl
 PMAX = 128
 
 
+def _share(n_items):
+    """(first, count): this program's contiguous share of n_items under the launch grid."""
+    pid, nprog = nl.program_id(0), nl.num_programs(0)
+    base, extra = n_items // nprog, n_items % nprog
+    return pid * base + min(pid, extra), base + (1 if pid < extra else 0)
+
+
+def _last_program():
+    """The program that takes the ragged tail tile (the only one without a grid)."""
+    return nl.program_id(0) == nl.num_programs(0) - 1
+
+
 def _fwd_tile(x, y, rstd, r0, rows, eps):
     d = x.shape[1]
     xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
@@ -53,9 +65,10 @@ def rmsnorm_fwd(x, eps):
     n, d = x.shape
     y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     rstd = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // PMAX):
-        _fwd_tile(x, y, rstd, i * PMAX, PMAX, eps)
-    if n % PMAX:
+    first, count = _share(n // PMAX)
+    for j in nl.affine_range(count):
+        _fwd_tile(x, y, rstd, (first + j) * PMAX, PMAX, eps)
+    if n % PMAX and _last_program():
         _fwd_tile(x, y, rstd, n - n % PMAX, n % PMAX, eps)
     return y, rstd
 
@@ -104,8 +117,9 @@ def rmsnorm_bwd(x, dy, rstd):
     """dx for y = rmsnorm(x), given dy [N, D] and the forward's rstd [N, 1]."""
     n, d = x.shape
     dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(n // PMAX):
-        _bwd_tile(x, dy, rstd, dx, i * PMAX, PMAX)
-    if n % PMAX:
+    first, count = _share(n // PMAX)
+    for j in nl.affine_range(count):
+        _bwd_tile(x, dy, rstd, dx, (first + j) * PMAX, PMAX)
+    if n % PMAX and _last_program():
         _bwd_tile(x, dy, rstd, dx, n - n % PMAX, n % PMAX)
     return dx

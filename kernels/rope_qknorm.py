@@ -19,6 +19,13 @@ import nki.language as nl
 PMAX = 128
 
 
+def _share(n_items):
+    """(first, count): this program's contiguous share of n_items under the launch grid."""
+    pid, nprog = nl.program_id(0), nl.num_programs(0)
+    base, extra = n_items // nprog, n_items % nprog
+    return pid * base + min(pid, extra), base + (1 if pid < extra else 0)
+
+
 def _rotate(xt, cs, sn, z, rows, half, sign):
     """z = R x (sign=+1) or R^T x (sign=-1) for one tile, in float32."""
     a = nl.ndarray((PMAX, half), dtype=nl.float32, buffer=nl.sbuf)
@@ -102,11 +109,13 @@ def rope_qknorm_fwd(x, cos, sin, eps, normalize):
     bsz, heads, t, d = x.shape
     y = nl.ndarray((bsz, heads, t, d), dtype=x.dtype, buffer=nl.shared_hbm)
     rstd = nl.ndarray((bsz, heads, t, 1), dtype=nl.float32, buffer=nl.shared_hbm)
-    for b in nl.affine_range(bsz):
-        for i in nl.affine_range(t // PMAX):
-            _fwd_block(x, cos, sin, y, rstd, b, i * PMAX, PMAX, eps, normalize)
-        if t % PMAX:
-            _fwd_block(x, cos, sin, y, rstd, b, t - t % PMAX, t % PMAX, eps, normalize)
+    # work items: (batch row, 128-position block); the grid's programs split them
+    nblk = -(-t // PMAX)
+    first, count = _share(bsz * nblk)
+    for j in nl.affine_range(count):
+        b = (first + j) // nblk
+        t0 = ((first + j) % nblk) * PMAX
+        _fwd_block(x, cos, sin, y, rstd, b, t0, min(PMAX, t - t0), eps, normalize)
     return y, rstd
 
 
@@ -168,9 +177,11 @@ def rope_qknorm_bwd(x, dy, cos, sin, rstd, normalize):
     """dx [B, H, T, D] given dy and the forward's rstd; cos/sin get no gradient."""
     bsz, heads, t, d = x.shape
     dx = nl.ndarray((bsz, heads, t, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    for b in nl.affine_range(bsz):
-        for i in nl.affine_range(t // PMAX):
-            _bwd_block(x, dy, cos, sin, rstd, dx, b, i * PMAX, PMAX, normalize)
-        if t % PMAX:
-            _bwd_block(x, dy, cos, sin, rstd, dx, b, t - t % PMAX, t % PMAX, normalize)
+    # work items: (batch row, 128-position block); the grid's programs split them
+    nblk = -(-t // PMAX)
+    first, count = _share(bsz * nblk)
+    for j in nl.affine_range(count):
+        b = (first + j) // nblk
+        t0 = ((first + j) % nblk) * PMAX
+        _bwd_block(x, dy, cos, sin, rstd, dx, b, t0, min(PMAX, t - t0), normalize)
     return dx

@@ -7,19 +7,23 @@ y = relu2.relu2_fwd(x)          # x: a NumPy array -> y: a NumPy array
 
 from .interpreter import HostTensor, InterpretedKernel, bf16, load_kernel_module
 from .machine import (
-    LoopDependencyError,
+    GridCoverageError,
     NkiInterpreterError,
     NkiLimitError,
+    PsumAccumulateError,
     UninitializedReadError,
     round_bf16,
 )
+from .subset import NkiSubsetError
 
 __all__ = [
+    "GridCoverageError",
     "HostTensor",
     "InterpretedKernel",
-    "LoopDependencyError",
     "NkiInterpreterError",
     "NkiLimitError",
+    "NkiSubsetError",
+    "PsumAccumulateError",
     "UninitializedReadError",
     "bf16",
     "load_kernel_module",

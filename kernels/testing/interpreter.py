@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from . import isa, language, machine
+from . import isa, language, machine, subset
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent
 
@@ -37,13 +37,31 @@ def bf16(values: np.ndarray) -> HostTensor:
     return HostTensor(machine.round_bf16(np.asarray(values, dtype=np.float32)), machine.bfloat16)
 
 
-class InterpretedKernel:
-    """What ``@nki.jit`` returns under the interpreter: call it with NumPy arrays."""
+MAX_GRID = 2  # Trn2: LNC=2 at most (two physical NeuronCores per logical core)
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+
+class InterpretedKernel:
+    """What ``@nki.jit`` returns under the interpreter: call it with NumPy arrays.
+
+    ``kernel[n](...)`` launches it on an SPMD grid of n programs (the LNC degree): each
+    program runs with ``nl.program_id(0)`` = 0..n-1 and its own on-chip memory, and the
+    programs' writes to the shared outputs must cover every element exactly once.
+    """
+
+    def __init__(self, fn: Callable[..., Any], grid: int = 1) -> None:
         self.fn = fn
+        self.grid = grid
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = fn.__doc__
+
+    def __getitem__(self, grid: Any) -> InterpretedKernel:
+        dims = grid if isinstance(grid, tuple) else (grid,)
+        if len(dims) != 1 or not isinstance(dims[0], int) or not 1 <= dims[0] <= MAX_GRID:
+            raise machine.NkiInterpreterError(
+                f"{self.__name__}[{grid}]: the launch grid is one number, the LNC degree "
+                f"(1..{MAX_GRID} on Trn2)"
+            )
+        return InterpretedKernel(self.fn, dims[0])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on NumPy arrays / HostTensors; returns float32 (or integer) NumPy arrays."""
@@ -56,14 +74,40 @@ class InterpretedKernel:
         """Like calling the kernel, but each output comes as (values, nl dtype)."""
         if machine.STATE.allocator is not None:
             raise machine.NkiInterpreterError("nested kernel calls are not modelled")
-        machine.STATE.allocator = machine.Allocator()
-        machine.STATE.reset()
+        hbm_args = [_to_hbm(a, i) for i, a in enumerate(args)]
+        results = []
         try:
-            result = self.fn(*[_to_hbm(a, i) for i, a in enumerate(args)], **kwargs)
+            for pid in range(self.grid):
+                machine.STATE.allocator = machine.Allocator()  # each core has its own SBUF
+                machine.STATE.program_id, machine.STATE.num_programs = pid, self.grid
+                results.append(self.fn(*hbm_args, **kwargs))
         finally:
             machine.STATE.allocator = None
-            machine.STATE.reset()
-        return _from_hbm(result)
+            machine.STATE.program_id, machine.STATE.num_programs = 0, 1
+        return _from_hbm(_merge_programs(results))
+
+
+def _merge_programs(results: list[Any]) -> Any:
+    """The shared outputs as all programs left them; each element written exactly once."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    if isinstance(first, tuple):
+        return tuple(_merge_programs([r[k] for r in results]) for k in range(len(first)))
+    parts = [r for r in results if isinstance(r, machine.Tensor)]
+    if len(parts) != len(results):
+        return first  # _output reports the wrong return type
+    count = np.sum([p.written for p in parts], axis=0)
+    if (count > 1).any():
+        raise machine.GridCoverageError(
+            f"output {first.shape}: {int(np.count_nonzero(count > 1))} element(s) written by more "
+            f"than one of the {len(parts)} programs; split the work with nl.program_id"
+        )
+    merged = machine.Tensor(first.shape, first.dtype, first.buffer, name=first.name)
+    for p in parts:
+        merged.values[p.written] = p.values[p.written]
+    merged.written[...] = count == 1
+    return merged
 
 
 def _to_hbm(arg: Any, position: int) -> Any:
@@ -104,12 +148,14 @@ def _output(result: Any) -> np.ndarray:
     )
 
 
+def _jit(fn: Callable[..., Any] | None = None, **_: Any) -> Any:
+    return InterpretedKernel(fn) if fn is not None else InterpretedKernel
+
+
 def _fake_nki() -> dict[str, types.ModuleType]:
     nki = types.ModuleType("nki")
     nki.__doc__ = "kernels.testing stand-in for nki"
-    nki.jit = lambda fn=None, **_: (
-        InterpretedKernel(fn) if fn is not None else (lambda f: InterpretedKernel(f))
-    )
+    nki.jit = _jit
     nki.language = language
     nki.isa = isa
     return {"nki": nki, "nki.language": language, "nki.isa": isa}
@@ -130,6 +176,7 @@ def load_kernel_module(name: str, patches: Sequence[tuple[str, str]] = ()) -> ty
                 f"patch {old!r} matches {count} times in {path}, expected exactly once"
             )
         source = source.replace(old, new)
+    subset.check_source(source, path)
     module = types.ModuleType(f"kernels_interpreted.{path.stem}")
     module.__file__ = str(path)
     saved = {key: sys.modules.get(key) for key in ("nki", "nki.language", "nki.isa")}

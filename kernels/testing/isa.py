@@ -20,8 +20,10 @@ from .machine import (
     PMAX,
     NkiInterpreterError,
     NkiLimitError,
+    PsumAccumulateError,
     View,
     as_view,
+    float32,
     psum,
     sbuf,
 )
@@ -60,13 +62,23 @@ def _write_like(dst: View, values: np.ndarray, what: str) -> None:
     dst.write(np.asarray(values, dtype=np.float32).reshape(dst.shape), what)
 
 
-def _scalar_or_vector(operand: Any, partitions: int, what: str) -> np.ndarray | float:
-    """A compile-time scalar, or an on-chip [P, 1] vector broadcast along the free axes."""
+def _scalar_or_vector(
+    operand: Any, partitions: int, what: str, float32_only: bool = False
+) -> np.ndarray | float:
+    """A compile-time scalar, or an on-chip [P, 1] vector broadcast along the free axes.
+
+    ``float32_only``: a vector operand must be a float32 tile (tensor_scalar operands and
+    the activation scale, per their nki.isa documentation)."""
     if isinstance(operand, (int, float, np.floating, np.integer)):
         return float(operand)
     view = _on_chip(operand, what)
     if view.shape[0] != partitions or _per_partition(view) != 1:
         raise NkiInterpreterError(f"{what}: vector operand {view.shape} must be ({partitions}, 1)")
+    if float32_only and view.dtype is not float32:
+        raise NkiInterpreterError(
+            f"{what}: a vector operand must be float32, got {view.dtype!r} "
+            "(copy it to a float32 tile first)"
+        )
     return view.read(what).reshape(partitions, 1)
 
 
@@ -87,10 +99,11 @@ def _op(op: Any, arity: int, what: str) -> nl.Op:
 
 
 def dma_copy(dst: Any, src: Any, name: str | None = None) -> None:
-    """dst = src by DMA, between HBM and SBUF (either direction) or HBM and HBM.
+    """dst = src by DMA: HBM<->SBUF, HBM->HBM or SBUF->SBUF.
 
-    DMA moves bytes: source and destination must have the same dtype (convert on chip
-    with tensor_copy/activation). PSUM is not a DMA endpoint (NKI 0.3).
+    A DMA whose source and destination dtypes differ converts through float32 (NKI DMA
+    overview, "Basic DMA Capabilities"). PSUM is not a DMA endpoint here: copy PSUM to
+    SBUF with tensor_copy first.
     """
     d, s = as_view(dst, "dma_copy dst"), as_view(src, "dma_copy src")
     for v, role in ((d, "dst"), (s, "src")):
@@ -100,15 +113,12 @@ def dma_copy(dst: Any, src: Any, name: str | None = None) -> None:
             )
         if v.buffer is sbuf and v.shape[0] > PMAX:
             raise NkiLimitError(f"dma_copy {role}: {v.shape[0]} partitions > {PMAX}")
-    if d.buffer.on_chip and s.buffer.on_chip:
-        raise NkiInterpreterError("dma_copy SBUF -> SBUF: use tensor_copy for on-chip copies")
     if d.shape != s.shape:
         raise NkiInterpreterError(f"dma_copy: shapes differ, dst {d.shape} vs src {s.shape}")
+    values = s.read("dma_copy src")
     if d.dtype != s.dtype:
-        raise NkiInterpreterError(
-            f"dma_copy: dtypes differ, dst {d.dtype!r} vs src {s.dtype!r} (DMA does not convert)"
-        )
-    d.write(s.read("dma_copy src"), "dma_copy")
+        values = np.asarray(values, dtype=np.float32)
+    d.write(values, "dma_copy")
 
 
 def tensor_copy(dst: Any, src: Any, name: str | None = None) -> None:
@@ -196,10 +206,12 @@ def _activation(
     _same_layout(d, x, what)
     fn = _op(op, 1, what)
     p = x.shape[0]
-    values = _flat(x.read(f"{what} data")) * _scalar_or_vector(scale, p, f"{what} scale")
+    values = _flat(x.read(f"{what} data")) * _scalar_or_vector(
+        scale, p, f"{what} scale", float32_only=True
+    )
     if bias is not None:
         values = values + _scalar_or_vector(bias, p, f"{what} bias")
-    result = fn.fn(values)
+    result = fn.scalar_fn(values)
     if reduce_res is not None:
         if reduce_op is not nl.add:
             raise NkiInterpreterError(
@@ -257,13 +269,13 @@ def tensor_scalar(
     p = x.shape[0]
     values = _flat(x.read("tensor_scalar data"))
     f0 = _op(op0, 2, "tensor_scalar op0")
-    o0 = _scalar_or_vector(operand0, p, "tensor_scalar operand0")
+    o0 = _scalar_or_vector(operand0, p, "tensor_scalar operand0", float32_only=True)
     values = f0.fn(o0, values) if reverse0 else f0.fn(values, o0)
     if (op1 is None) != (operand1 is None):
         raise NkiInterpreterError("tensor_scalar: op1 and operand1 must be given together")
     if op1 is not None:
         f1 = _op(op1, 2, "tensor_scalar op1")
-        o1 = _scalar_or_vector(operand1, p, "tensor_scalar operand1")
+        o1 = _scalar_or_vector(operand1, p, "tensor_scalar operand1", float32_only=True)
         values = f1.fn(o1, values) if reverse1 else f1.fn(values, o1)
     _write_like(d, np.broadcast_to(values, (p, _per_partition(x))), "tensor_scalar")
 
@@ -335,12 +347,36 @@ def nc_matmul(
 ) -> None:
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
 
-    Inputs in SBUF, output in PSUM (float32). K <= 128, M <= 128, N <= 512.
-    ``accumulate=None`` (the default): elements never written are overwritten, others
-    accumulate; True: accumulate (the destination must hold values); False: overwrite.
+    Inputs in SBUF, output in float32 PSUM. K <= 128, M <= 128, N <= 512. The two inputs
+    may differ in dtype unless one is float32, then both must be. ``accumulate``:
+    False overwrites; True accumulates onto what an earlier matmul wrote; None (default)
+    overwrites elements no matmul has written and accumulates onto the others.
+    Accumulating onto PSUM that another instruction wrote (a memset, a copy) is undefined
+    on the hardware and raises PsumAccumulateError here.
     """
     d = as_view(dst, "nc_matmul dst")
     s, m = as_view(stationary, "nc_matmul stationary"), as_view(moving, "nc_matmul moving")
+    _check_matmul_operands(d, s, m)
+    product = s.read("nc_matmul stationary").T.astype(np.float64) @ m.read(
+        "nc_matmul moving"
+    ).astype(np.float64)
+    product = product.astype(np.float32)
+    written = d.tensor.written[d.index]
+    by_matmul = d.tensor.by_matmul[d.index]
+    if accumulate is not False:
+        foreign = written & ~by_matmul
+        if foreign.any() or (accumulate is True and not by_matmul.all()):
+            raise PsumAccumulateError(
+                f"nc_matmul accumulate={accumulate}: {int(np.count_nonzero(~by_matmul))} element(s) "
+                f"of {d.tensor!r} were not written by an earlier matmul (memset/copy/never); "
+                "accumulating onto them is undefined on the hardware: start the group with "
+                "accumulate=False (or a fresh PSUM tile) and add any bias after the matmuls"
+            )
+        product = np.where(by_matmul, d.tensor.values[d.index], 0.0).astype(np.float32) + product
+    d.write(product, "nc_matmul", by_matmul=True)
+
+
+def _check_matmul_operands(d: View, s: View, m: View) -> None:
     if d.buffer is not psum:
         raise NkiInterpreterError(f"nc_matmul writes PSUM; dst is in {d.buffer!r}")
     for v, role in ((s, "stationary"), (m, "moving")):
@@ -348,6 +384,11 @@ def nc_matmul(
             raise NkiInterpreterError(f"nc_matmul {role} must be in SBUF, is in {v.buffer!r}")
         if len(v.shape) != 2:
             raise NkiInterpreterError(f"nc_matmul {role} must be a 2-D tile, got {v.shape}")
+    if (s.dtype is float32) != (m.dtype is float32):
+        raise NkiInterpreterError(
+            f"nc_matmul: stationary {s.dtype!r} and moving {m.dtype!r}: when one input is "
+            "float32 the other must be float32 too (cast on chip first)"
+        )
     (k, mm), (k2, n) = s.shape, m.shape
     if k != k2:
         raise NkiInterpreterError(f"nc_matmul: contraction (partition) sizes differ, {k} vs {k2}")
@@ -359,20 +400,8 @@ def nc_matmul(
         raise NkiLimitError(f"nc_matmul: moving free dimension {n} > {MATMUL_MOVING_FMAX}")
     if d.shape != (mm, n):
         raise NkiInterpreterError(f"nc_matmul: dst {d.shape} must be ({mm}, {n})")
-    if d.dtype.name != "float32":
-        raise NkiInterpreterError("nc_matmul: PSUM results are float32")
-    product = s.read("nc_matmul stationary").T.astype(np.float64) @ m.read(
-        "nc_matmul moving"
-    ).astype(np.float64)
-    product = product.astype(np.float32)
-    written = d.tensor.written[d.index]
-    if accumulate is True:
-        # PSUM accumulation is the documented exception to affine_range independence
-        product = d.read("nc_matmul accumulate", loop_check=False) + product
-    elif accumulate is None and written.any():
-        previous = np.where(written, d.tensor.values[d.index], 0.0).astype(np.float32)
-        product = previous + product
-    d.write(product, "nc_matmul")
+    if d.dtype is not float32:
+        raise NkiInterpreterError("nc_matmul: PSUM results are float32 on Trn2 (NeuronCore-v3)")
 
 
 def nc_transpose(dst: Any, data: Any, name: str | None = None) -> None:

@@ -9,7 +9,7 @@ raises, so a kernel can't silently depend on something the interpreter does not 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,10 +30,34 @@ from .machine import (  # noqa: F401  (re-exported as nl.*)
 
 
 class Op:
-    """A math operator token with its NumPy meaning (float32 math, as the engines do)."""
+    """A math operator token with its NumPy meaning (float32 math, as the engines do).
 
-    def __init__(self, name: str, fn: Callable[..., np.ndarray], arity: int) -> None:
-        self.name, self.fn, self.arity = name, fn, arity
+    ``valid``: the Scalar Engine's documented valid input range (lo, hi) of the magnitude
+    for activation functions that have one (nki.api.shared, "Supported Activation
+    Functions"); ``scalar_fn`` applies it: out-of-range inputs give NaN, because the
+    hardware gives invalid results there and a test must notice.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., np.ndarray],
+        arity: int,
+        valid: tuple[float, float] | None = None,
+    ) -> None:
+        self.name, self.fn, self.arity, self.valid = name, fn, arity, valid
+
+    def scalar_fn(self, x: np.ndarray) -> np.ndarray:
+        """fn on the Scalar Engine: NaN where the input is outside the valid range."""
+        x = _f(x)
+        if self.valid is None:
+            return self.fn(x)
+        lo, hi = self.valid
+        ok = (np.abs(x) >= lo) & (np.abs(x) <= hi) & (x > 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ok, self.fn(np.where(ok, x, 1.0)), np.float32(np.nan)).astype(
+                np.float32
+            )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise machine.NkiInterpreterError(
@@ -52,11 +76,11 @@ def _f(x: np.ndarray) -> np.ndarray:
 # unary: activation functions (Scalar Engine)
 copy = Op("copy", lambda x: _f(x), 1)
 exp = Op("exp", lambda x: np.exp(_f(x)), 1)
-log = Op("log", lambda x: np.log(_f(x)), 1)
+log = Op("log", lambda x: np.log(_f(x)), 1, valid=(2.0**-64, 2.0**64))
 tanh = Op("tanh", lambda x: np.tanh(_f(x)), 1)
 square = Op("square", lambda x: _f(x) * _f(x), 1)
-sqrt = Op("sqrt", lambda x: np.sqrt(_f(x)), 1)
-rsqrt = Op("rsqrt", lambda x: 1.0 / np.sqrt(_f(x)), 1)
+sqrt = Op("sqrt", lambda x: np.sqrt(_f(x)), 1, valid=(2.0**-116, 2.0**118))
+rsqrt = Op("rsqrt", lambda x: 1.0 / np.sqrt(_f(x)), 1, valid=(2.0**-87, 2.0**97))
 relu = Op("relu", lambda x: np.maximum(_f(x), 0.0), 1)
 
 # binary: arithmetic and comparison operators (Vector Engine)
@@ -105,20 +129,33 @@ def ndarray(
     return machine.Tensor(shape, dtype, buffer, name=name or site.rsplit("/", 1)[-1])
 
 
-def affine_range(*args: int) -> Iterator[int]:
-    """Iterations without loop-carried dependencies: run in order, and a read of what
-    another iteration wrote raises LoopDependencyError."""
-    return machine.STATE.loop(range(*args), affine=True)
+def affine_range(*args: int) -> range:
+    """NKI 0.3+: an alias of ``range`` (iterations run in order; values may be carried)."""
+    return range(*args)
 
 
-def sequential_range(*args: int) -> Iterator[int]:
-    """Iterations that may carry values from one to the next, run in order."""
-    return machine.STATE.loop(range(*args), affine=False)
+def sequential_range(*args: int) -> range:
+    """NKI 0.3+: an alias of ``range``."""
+    return range(*args)
 
 
-def static_range(*args: int) -> Iterator[int]:
-    """Unrolled at compile time; may carry values, run in order."""
-    return machine.STATE.loop(range(*args), affine=False)
+def static_range(*args: int) -> range:
+    """NKI 0.3+: an alias of ``range`` (unrolled at specialization)."""
+    return range(*args)
+
+
+def program_id(axis: int = 0) -> int:
+    """Which program of the launch grid this is (0 without a grid)."""
+    if axis != 0:
+        raise machine.NkiInterpreterError("only a 1-D launch grid (the LNC degree) is modelled")
+    return machine.STATE.program_id
+
+
+def num_programs(axis: int = 0) -> int:
+    """How many programs the launch grid has (1 without a grid)."""
+    if axis != 0:
+        raise machine.NkiInterpreterError("only a 1-D launch grid (the LNC degree) is modelled")
+    return machine.STATE.num_programs
 
 
 def ds(start: int, size: int) -> slice:

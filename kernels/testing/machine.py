@@ -22,7 +22,6 @@ allocator; one that does not fit here would not fit there either.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,12 +123,18 @@ class Tensor:
         self.name = name
         self.values = np.zeros(self.shape, dtype=dtype.storage)
         self.written = np.zeros(self.shape, dtype=bool)
-        # loop context of each element's last write (see State.context_id), for the
-        # affine_range dependency check
-        self.writer = np.zeros(self.shape, dtype=np.int32)
+        # PSUM: whether each element's last write was a matmul (accumulation may continue
+        # onto it) or another instruction (memset, tensor_copy ...: accumulating onto
+        # that is undefined, see isa.nc_matmul)
+        self.by_matmul = np.zeros(self.shape, dtype=bool)
 
     def __getitem__(self, index: Any) -> View:
         return View(self, ()).__getitem__(index)
+
+    @property
+    def keeps_partition_dim(self) -> bool:
+        """On-chip tensors keep dimension 0 (the partitions) when it is indexed by an int."""
+        return self.buffer.on_chip
 
     def full(self) -> View:
         return View(self, tuple(slice(0, s) for s in self.shape))
@@ -138,8 +143,13 @@ class Tensor:
         return f"Tensor({self.name or '?'}, {self.shape}, {self.dtype}, {self.buffer})"
 
 
-def _normalise(shape: tuple[int, ...], index: Any) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-    """Basic indexing only (ints, unit-step slices, nl.ds): returns (numpy index, shape)."""
+def _normalise(
+    shape: tuple[int, ...], index: Any, keep_first: bool = False
+) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """Basic indexing only (ints, unit-step slices, nl.ds): returns (numpy index, shape).
+
+    ``keep_first``: an int on dimension 0 selects a size-1 slice instead of dropping the
+    dimension (SBUF/PSUM partition dimension: ``t[0, :]`` has shape (1, F))."""
     if not isinstance(index, tuple):
         index = (index,)
     if len(index) > len(shape):
@@ -153,7 +163,11 @@ def _normalise(shape: tuple[int, ...], index: Any) -> tuple[tuple[Any, ...], tup
                 raise NkiInterpreterError(
                     f"index {item} out of bounds for dimension {dim} of size {size}"
                 )
-            norm.append(int(item))
+            if dim == 0 and keep_first:
+                norm.append(slice(int(item), int(item) + 1))
+                out_shape.append(1)
+            else:
+                norm.append(int(item))
             continue
         if not isinstance(item, slice):
             raise NkiInterpreterError(
@@ -183,10 +197,7 @@ class View:
 
     def __init__(self, tensor: Tensor, index: tuple[Any, ...]) -> None:
         self.tensor = tensor
-        if index == ():
-            index, shape = _normalise(tensor.shape, ())
-        else:
-            index, shape = _normalise(tensor.shape, index)
+        index, shape = _normalise(tensor.shape, index, tensor.keeps_partition_dim)
         self.index = index
         self.shape = shape
 
@@ -194,7 +205,7 @@ class View:
     def __getitem__(self, index: Any) -> View:
         if not isinstance(index, tuple):
             index = (index,)
-        sub, _ = _normalise(self.shape, index)
+        sub, _ = _normalise(self.shape, index, self.tensor.keeps_partition_dim)
         composed: list[Any] = []
         it = iter(sub)
         for parent in self.index:
@@ -220,23 +231,19 @@ class View:
     def buffer(self) -> Buffer:
         return self.tensor.buffer
 
-    def read(self, what: str = "", loop_check: bool = True) -> np.ndarray:
+    def read(self, what: str = "") -> np.ndarray:
         written = self.tensor.written[self.index]
         if not np.all(written):
             missing = int(np.size(written) - np.count_nonzero(written))
             raise UninitializedReadError(
                 f"{what or 'read'}: {missing} element(s) of {self.tensor!r} window {self.shape} were never written"
             )
-        if loop_check and STATE.loops:
-            STATE.check_no_carried_dependency(
-                np.unique(self.tensor.writer[self.index]), what or "read", self.tensor
-            )
         return np.array(
             self.tensor.values[self.index],
             dtype=np.float32 if self.dtype.is_float else self.dtype.storage,
         )
 
-    def write(self, values: np.ndarray, what: str = "") -> None:
+    def write(self, values: np.ndarray, what: str = "", by_matmul: bool = False) -> None:
         values = np.asarray(values)
         if values.shape != self.shape:
             raise NkiInterpreterError(
@@ -244,7 +251,7 @@ class View:
             )
         self.tensor.values[self.index] = cast(values, self.dtype)
         self.tensor.written[self.index] = True
-        self.tensor.writer[self.index] = STATE.context_id()
+        self.tensor.by_matmul[self.index] = by_matmul
 
     def __repr__(self) -> str:
         return f"View({self.tensor!r}, shape={self.shape})"
@@ -302,70 +309,26 @@ class Allocator:
                 )
 
 
-class LoopDependencyError(NkiInterpreterError):
-    """An ``affine_range`` iteration read what another iteration of the same loop wrote.
+class PsumAccumulateError(NkiInterpreterError):
+    """nc_matmul accumulated onto PSUM that no matmul initialised (memset, copy ...):
+    the hardware result is undefined (nki.isa.nc_matmul, "Accumulation mode")."""
 
-    ``affine_range`` promises independent iterations, so the compiler may reorder or
-    overlap them; only ``sequential_range``/``static_range`` loops may carry values.
-    (PSUM accumulation by ``nc_matmul`` is the documented exception and is not flagged.)
-    """
+
+class GridCoverageError(NkiInterpreterError):
+    """Under an LNC launch grid, the programs together did not write each output element
+    exactly once (an element written by two programs is a race between physical cores)."""
 
 
 class State:
     """The interpreter state of the kernel call in progress (one at a time).
 
-    ``loops`` is the stack of loops being run, each ``[token, iteration, affine]`` with a
-    token unique to that loop *instance*. Every write stamps its elements with the id of
-    the current stack (its context); a read inside an ``affine_range`` loop of elements
-    stamped by a different iteration of that same loop instance is a carried dependency.
+    ``program_id``/``num_programs``: the SPMD program this run is (``kernel[2]`` runs
+    programs 0 and 1, one per physical core of an LNC=2 logical core).
     """
 
     allocator: Allocator | None = None
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.loops: list[list[Any]] = []
-        self.contexts: dict[tuple[tuple[int, int], ...], int] = {(): 0}
-        self.by_id: list[tuple[tuple[int, int], ...]] = [()]
-        self.next_token = 0
-
-    def context_id(self) -> int:
-        key = tuple((token, iteration) for token, iteration, _ in self.loops)
-        if key not in self.contexts:
-            self.contexts[key] = len(self.by_id)
-            self.by_id.append(key)
-        return self.contexts[key]
-
-    def check_no_carried_dependency(
-        self, writer_ids: np.ndarray, what: str, tensor: Tensor
-    ) -> None:
-        for writer_id in writer_ids.tolist():
-            writer = self.by_id[writer_id]
-            for level, (token, iteration, affine) in enumerate(self.loops):
-                if level >= len(writer) or writer[level][0] != token:
-                    break
-                if writer[level][1] != iteration:
-                    if affine:
-                        raise LoopDependencyError(
-                            f"{what}: iteration {iteration} of an affine_range loop reads {tensor!r} "
-                            f"written by iteration {writer[level][1]}; use nl.sequential_range for a "
-                            "loop-carried value"
-                        )
-                    break
-
-    def loop(self, iterations: range, affine: bool) -> Iterator[int]:
-        self.next_token += 1
-        frame = [self.next_token, -1, affine]
-        self.loops.append(frame)
-        try:
-            for i in iterations:
-                frame[1] = i
-                yield i
-        finally:
-            if self.loops and self.loops[-1] is frame:
-                self.loops.pop()
+    program_id: int = 0
+    num_programs: int = 1
 
 
 STATE = State()

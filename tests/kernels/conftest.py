@@ -33,17 +33,33 @@ def interpreted() -> Callable[[str], ModuleType]:
     return get
 
 
-class SimulatedModule:
-    """A kernel file loaded with the real nki; each kernel runs under nki.simulate."""
+# nki.simulate models the chip it finds, else the newest (trn3): pin the Trn2 rules
+SIMULATOR_TARGET = {"NEURON_PLATFORM_TARGET_OVERRIDE": "trn2"}
 
-    def __init__(self, nki: ModuleType, module: ModuleType) -> None:
-        self.nki, self.module = nki, module
+
+class SimulatedModule:
+    """A kernel file loaded with the real nki; each kernel runs under nki.simulate on
+    the Trn2 target, launched on the LNC grid."""
+
+    def __init__(self, nki: ModuleType, module: ModuleType, lnc: int) -> None:
+        self.nki, self.module, self.lnc = nki, module, lnc
 
     def __getattr__(self, attr: str) -> Any:
         fn = getattr(self.module, attr)
         if not callable(fn) or attr.startswith("_") or attr == "sbuf_bytes":
             return fn
-        return lambda *args: self.nki.simulate(fn)(*[_simulator_arg(a) for a in args])
+        return lambda *args: self.nki.simulate(fn[self.lnc])(*[_simulator_arg(a) for a in args])
+
+
+class LaunchedModule:
+    """An interpreted kernel file whose kernels launch on an LNC grid of ``lnc``."""
+
+    def __init__(self, module: ModuleType, lnc: int) -> None:
+        self.module, self.lnc = module, lnc
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(self.module, attr)
+        return fn[self.lnc] if isinstance(fn, InterpretedKernel) else fn
 
 
 def _simulator_arg(arg: Any) -> Any:
@@ -56,17 +72,22 @@ def _simulator_arg(arg: Any) -> Any:
     return arg.values if isinstance(arg, HostTensor) else arg
 
 
-@pytest.fixture(params=["interpreter", "nki.simulate"])
+@pytest.fixture(params=["interpreter-lnc1", "interpreter-lnc2", "nki.simulate-trn2-lnc2"])
 def kernel(
     request: pytest.FixtureRequest, interpreted: Callable[[str], ModuleType]
 ) -> Callable[[str], Any]:
-    """Kernel files run by the NumPy interpreter, and by nki.simulate where nki is installed."""
-    if request.param == "interpreter":
-        return interpreted
+    """Kernel files run by the NumPy interpreter under LNC 1 and 2, and by nki.simulate
+    (Trn2 target, LNC 2) where nki is installed."""
+    lnc = int(request.param[-1])
+    if request.param.startswith("interpreter"):
+        return lambda name: LaunchedModule(interpreted(name), lnc)
     nki = request.getfixturevalue("real_nki")
+    patcher = request.getfixturevalue("monkeypatch")
+    for key, value in SIMULATOR_TARGET.items():
+        patcher.setenv(key, value)
     from trnfrontier.runtime.kernels.backend import load_kernel_file
 
-    return lambda name: SimulatedModule(nki, load_kernel_file(name))
+    return lambda name: SimulatedModule(nki, load_kernel_file(name), lnc)
 
 
 _TORCH_DTYPES = {
@@ -88,6 +109,24 @@ def _to_host(arg: Any) -> Any:
     return t.numpy()
 
 
+class TorchKernel:
+    """An interpreted kernel callable with torch tensors; ``[grid]`` launches it on a grid."""
+
+    def __init__(self, fn: InterpretedKernel) -> None:
+        self.fn = fn
+
+    def __getitem__(self, grid: int) -> TorchKernel:
+        return TorchKernel(self.fn[grid])
+
+    def __call__(self, *args: Any) -> Any:
+        result = self.fn.run_typed(*[_to_host(a) for a in args])
+        pairs = result if isinstance(result[0], tuple) else (result,)
+        out = tuple(
+            torch.from_numpy(np.ascontiguousarray(v)).to(_TORCH_DTYPES[d.name]) for v, d in pairs
+        )
+        return out if isinstance(result[0], tuple) else out[0]
+
+
 class TorchAdapter:
     """Kernel functions of an interpreted module, callable with torch tensors."""
 
@@ -96,19 +135,7 @@ class TorchAdapter:
 
     def __getattr__(self, attr: str) -> Any:
         fn = getattr(self.module, attr)
-        if not isinstance(fn, InterpretedKernel):
-            return fn
-
-        def call(*args: Any) -> Any:
-            result = fn.run_typed(*[_to_host(a) for a in args])
-            pairs = result if isinstance(result[0], tuple) else (result,)
-            out = tuple(
-                torch.from_numpy(np.ascontiguousarray(v)).to(_TORCH_DTYPES[d.name])
-                for v, d in pairs
-            )
-            return out if isinstance(result[0], tuple) else out[0]
-
-        return call
+        return TorchKernel(fn) if isinstance(fn, InterpretedKernel) else fn
 
 
 @pytest.fixture()

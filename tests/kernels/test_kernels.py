@@ -340,22 +340,33 @@ def test_polar_express_reference_vs_float64_and_muon() -> None:
     )
 
 
-@pytest.mark.parametrize(("shape", "steps"), [((8, 16), 5), ((130, 300), 2)])
-def test_polar_express_kernel_vs_reference(kernel, shape: tuple[int, int], steps: int) -> None:
+@pytest.mark.parametrize(("shape", "steps"), [((3, 8, 16), 5), ((1, 130, 300), 2)])
+def test_polar_express_kernel_vs_reference(kernel, shape: tuple[int, int, int], steps: int) -> None:
     rng = np.random.default_rng(hash(shape) % 2**32)
     g = rand(rng, *shape)
     coeffs = muon.POLAR_EXPRESS_COEFFS[:steps]
     out = kernel("polar_express").polar_express_fwd(g, coeffs, 1e-7)
-    np.testing.assert_allclose(
-        out, references.polar_express(torch.tensor(g), coeffs, 1e-7).numpy(), rtol=1e-4, atol=2e-5
-    )
+    want = np.stack([references.polar_express(torch.tensor(m), coeffs, 1e-7).numpy() for m in g])
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5)
 
 
 def test_polar_express_kernel_bf16_is_close_to_float64(kernel) -> None:
-    g = rand(np.random.default_rng(5), 16, 48)
+    g = rand(np.random.default_rng(5), 1, 16, 48)
     out = kernel("polar_express").polar_express_fwd(bf16(g), muon.POLAR_EXPRESS_COEFFS, 1e-7)
-    want = _polar64(round_bf16(g), muon.POLAR_EXPRESS_COEFFS, 1e-7)
-    assert np.abs(out - want).max() < 0.05 * np.abs(want).max()
+    want = _polar64(round_bf16(g[0]), muon.POLAR_EXPRESS_COEFFS, 1e-7)
+    assert np.abs(out[0] - want).max() < 0.05 * np.abs(want).max()
+
+
+def test_polar_express_zero_gradient_step(kernel) -> None:
+    """Muon's first step for a zero-initialised output projection: G == 0 exactly.
+    ||G||_F = 0 must not reach sqrt (outside its valid range: NaN); the result is 0."""
+    g = rand(np.random.default_rng(9), 2, 8, 16)
+    g[1] = 0.0
+    out = kernel("polar_express").polar_express_fwd(bf16(g), muon.POLAR_EXPRESS_COEFFS, 1e-7)
+    assert np.isfinite(out).all()
+    assert (out[1] == 0).all()
+    want = references.polar_express(torch.zeros(8, 16), muon.POLAR_EXPRESS_COEFFS, 1e-7)
+    assert (want == 0).all()
 
 
 def test_polar_express_sbuf_formula_matches_runtime(interpreted) -> None:

@@ -7,9 +7,14 @@ refactor of the kernel that removes the patched line fails here loudly, not sile
 - attention with an off-by-one causal mask (each query also sees the next key): the
   bug that gave a team a val_bpb of 0.0015;
 - relu2 / rmsnorm tiled over 256 partitions (the hardware has 128);
-- cross-entropy's vocabulary loop, which carries the running max and sum from chunk to
-  chunk, declared ``affine_range`` (independent iterations): correct when run in order,
-  wrong once the compiler overlaps the iterations.
+- polar_express's list comprehension (the NKI front-end rejects it) put back;
+- polar_express without the floor before sqrt: the zero-gradient Muon step gives NaN;
+- relu2 and attention with every program of the LNC grid doing all the work (a race
+  between the two physical cores: each output element written twice).
+
+(NKI 0.3+ runs ``affine_range`` in order and allows loop-carried values, so the old
+mutant "cross-entropy's carried softmax state in an affine_range" is now a test that
+the kernel stays correct with it.)
 """
 
 from __future__ import annotations
@@ -18,7 +23,14 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.testing import LoopDependencyError, NkiLimitError, load_kernel_module
+from kernels.testing import (
+    GridCoverageError,
+    NkiLimitError,
+    NkiSubsetError,
+    bf16,
+    load_kernel_module,
+)
+from trnfrontier.runtime import muon
 from trnfrontier.runtime.kernels import references
 
 CAUSAL_OFF_BY_ONE = [("offset=q0 - k0,", "offset=q0 - k0 + 1,")]
@@ -73,7 +85,7 @@ def test_tile_over_128_partitions_is_rejected(name: str) -> None:
             mutant.rmsnorm_fwd(x, 1e-6)
 
 
-def test_carried_softmax_state_in_an_affine_loop_is_rejected() -> None:
+def test_carried_softmax_state_in_an_affine_loop_is_allowed() -> None:
     patch = [
         (
             "for c0 in nl.static_range(0, v, VCHUNK):  # loop-carried",
@@ -83,6 +95,65 @@ def test_carried_softmax_state_in_an_affine_loop_is_rejected() -> None:
     rng = np.random.default_rng(3)
     z = rng.standard_normal((20, 1100)).astype(np.float32)
     t = rng.integers(0, 1100, (20, 1)).astype(np.float32)
-    load_kernel_module("cross_entropy").cross_entropy_fwd(z, t, 15.0)  # the shipped kernel is fine
-    with pytest.raises(LoopDependencyError, match="affine_range"):
-        load_kernel_module("cross_entropy", patch).cross_entropy_fwd(z, t, 15.0)
+    want = load_kernel_module("cross_entropy").cross_entropy_fwd(z, t, 15.0)
+    got = load_kernel_module("cross_entropy", patch).cross_entropy_fwd(z, t, 15.0)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+COMPREHENSION = [
+    (
+        "    for i in nl.static_range(-(-m // PMAX)):\n        r0 = i * PMAX\n        rows = min(PMAX, m - r0)\n        nisa.dma_copy(",
+        "    for i in nl.static_range(len([r for r in range(0, m, PMAX)])):\n        r0 = i * PMAX\n        rows = min(PMAX, m - r0)\n        nisa.dma_copy(",
+    )
+]
+
+
+def test_polar_express_comprehension_is_rejected_before_it_runs() -> None:
+    load_kernel_module("polar_express")
+    with pytest.raises(
+        NkiSubsetError, match=r"polar_express.py:\d+: _load\(\) uses a list comprehension"
+    ):
+        load_kernel_module("polar_express", COMPREHENSION)
+
+
+NO_SQRT_FLOOR = [
+    (
+        "    nisa.tensor_scalar(dst=inv, data=bcast_ps, op0=nl.maximum, operand0=SQRT_MIN)\n"
+        "    nisa.activation(dst=inv, op=nl.sqrt, data=inv)",
+        "    nisa.activation(dst=inv, op=nl.sqrt, data=bcast_ps)",
+    )
+]
+
+
+def test_zero_gradient_step_without_the_sqrt_floor_is_nan() -> None:
+    g = np.zeros((1, 8, 16), dtype=np.float32)
+    coeffs = muon.POLAR_EXPRESS_COEFFS
+    good = load_kernel_module("polar_express").polar_express_fwd(bf16(g), coeffs, 1e-7)
+    assert (good == 0).all()
+    bad = load_kernel_module("polar_express", NO_SQRT_FLOOR).polar_express_fwd(
+        bf16(g), coeffs, 1e-7
+    )
+    assert np.isnan(bad).all()
+
+
+EVERY_PROGRAM_DOES_ALL = [
+    (
+        "    return pid * base + min(pid, extra), base + (1 if pid < extra else 0)",
+        "    return 0, n_items",
+    )
+]
+
+
+@pytest.mark.parametrize("name", ["relu2", "attention"])
+def test_programs_that_do_not_split_the_work_are_a_race(name: str) -> None:
+    mutant = load_kernel_module(name, EVERY_PROGRAM_DOES_ALL)
+    if name == "relu2":
+        x = np.random.default_rng(1).standard_normal((256, 8)).astype(np.float32)
+        mutant.relu2_fwd[1](x)  # one program: nothing to race with
+        with pytest.raises(GridCoverageError, match="more than one of the 2 programs"):
+            mutant.relu2_fwd[2](x)
+    else:
+        q, k, v = _attention_inputs(20)
+        mutant.attention_fwd[1](q, k, v, 0.25)
+        with pytest.raises(GridCoverageError, match="more than one of the 2 programs"):
+            mutant.attention_fwd[2](q, k, v, 0.25)
