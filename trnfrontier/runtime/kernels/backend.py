@@ -23,6 +23,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+from . import registration
 
 KERNEL_NAMES = ("relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "polar_express", "attention")
 KERNELS_ENV = "TRNF_KERNELS_DIR"
@@ -70,6 +73,7 @@ def load_kernel_file(name: str) -> ModuleType:
 
 class _Backend:
     loader: Callable[[str], ModuleType] = staticmethod(load_kernel_file)
+    launcher: Callable[[Any, int], Any] = staticmethod(registration.neuron_launcher)
     devices: frozenset[str] = frozenset({"neuron"})
     modules: dict[str, ModuleType] = {}
     modes: dict[str, str] = {}
@@ -95,6 +99,11 @@ def kernel_module(name: str) -> ModuleType:
     if name not in BACKEND.modules:
         BACKEND.modules[name] = BACKEND.loader(name)
     return BACKEND.modules[name]
+
+
+def launch(name: str, fn_name: str) -> Any:
+    """Kernel ``fn_name`` of ``kernels/<name>.py``, ready to call on the LNC grid."""
+    return BACKEND.launcher(getattr(kernel_module(name), fn_name), registration.lnc())
 
 
 def kernel_importable(name: str) -> str | None:
@@ -127,17 +136,25 @@ def fallback(op: str, shape_text: str, reason: str) -> None:
         )
 
 
+def _index_grid(kernel: Any, grid: int) -> Any:
+    return kernel[grid]
+
+
 @contextlib.contextmanager
 def kernel_backend(
-    loader: Callable[[str], ModuleType], devices: set[str] | frozenset[str]
+    loader: Callable[[str], ModuleType],
+    devices: set[str] | frozenset[str],
+    launcher: Callable[[Any, int], Any] = _index_grid,
 ) -> Iterator[None]:
-    """Temporarily load kernels with ``loader`` and run them for tensors on ``devices``."""
-    saved = (BACKEND.loader, BACKEND.devices, dict(BACKEND.modules))
+    """Temporarily load kernels with ``loader`` and run them for tensors on ``devices``,
+    launching each with ``launcher(kernel, lnc)`` (default ``kernel[lnc]``)."""
+    saved = (BACKEND.loader, BACKEND.devices, dict(BACKEND.modules), BACKEND.launcher)
     BACKEND.loader, BACKEND.devices, BACKEND.modules = loader, frozenset(devices), {}
+    BACKEND.launcher = launcher
     try:
         yield
     finally:
-        BACKEND.loader, BACKEND.devices, BACKEND.modules = saved[0], saved[1], saved[2]
+        BACKEND.loader, BACKEND.devices, BACKEND.modules, BACKEND.launcher = saved
 
 
 # ---------------------------------------------------------------- what each kernel supports

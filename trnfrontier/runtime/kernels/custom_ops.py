@@ -27,7 +27,11 @@ import torch
 from torch import Tensor
 
 from ..muon import polar_express_coeffs
-from . import backend, references
+from . import backend, references, registration
+
+# torch_neuronx.nki_op where TorchNeuron provides it (kernels inside torch.compile), else
+# torch.library.custom_op; see registration.py
+OP_REGISTRATION, _OP = registration.op_decorator()
 
 # ---------------------------------------------------------------- routing
 
@@ -58,20 +62,18 @@ def _relu2_ok(x: Tensor) -> Callable[[], str | None]:
     return lambda: backend.supports_relu2(tuple(x.shape), x.dtype)
 
 
-@torch.library.custom_op("trnf::relu2", mutates_args=())
+@_OP("trnf::relu2", mutates_args=())
 def relu2_op(x: Tensor) -> Tensor:
     if _use_kernel("relu2", (x,), _relu2_ok(x)):
-        return backend.kernel_module("relu2").relu2_fwd(_rows(x)).reshape(x.shape)
+        return backend.launch("relu2", "relu2_fwd")(_rows(x)).reshape(x.shape)
     return references.relu2(x)
 
 
-@torch.library.custom_op("trnf::relu2_backward", mutates_args=())
+@_OP("trnf::relu2_backward", mutates_args=())
 def relu2_backward_op(x: Tensor, dy: Tensor) -> Tensor:
     if _use_kernel("relu2", (x, dy), _relu2_ok(x)):
-        return (
-            backend.kernel_module("relu2")
-            .relu2_bwd(_rows(x), _rows(dy.to(x.dtype)))
-            .reshape(x.shape)
+        return backend.launch("relu2", "relu2_bwd")(_rows(x), _rows(dy.to(x.dtype))).reshape(
+            x.shape
         )
     return references.relu2_backward(x, dy)
 
@@ -104,18 +106,18 @@ def _rmsnorm_ok(x: Tensor) -> Callable[[], str | None]:
     return lambda: backend.supports_rmsnorm(tuple(x.shape), x.dtype)
 
 
-@torch.library.custom_op("trnf::rmsnorm", mutates_args=())
+@_OP("trnf::rmsnorm", mutates_args=())
 def rmsnorm_op(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     if _use_kernel("rmsnorm", (x,), _rmsnorm_ok(x)):
-        y, rstd = backend.kernel_module("rmsnorm").rmsnorm_fwd(_rows(x), eps)
+        y, rstd = backend.launch("rmsnorm", "rmsnorm_fwd")(_rows(x), eps)
         return y.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1)
     return references.rmsnorm(x, eps)
 
 
-@torch.library.custom_op("trnf::rmsnorm_backward", mutates_args=())
+@_OP("trnf::rmsnorm_backward", mutates_args=())
 def rmsnorm_backward_op(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
     if _use_kernel("rmsnorm", (x, dy), _rmsnorm_ok(x)):
-        dx = backend.kernel_module("rmsnorm").rmsnorm_bwd(
+        dx = backend.launch("rmsnorm", "rmsnorm_bwd")(
             _rows(x), _rows(dy.to(x.dtype)), rstd.reshape(-1, 1).float().contiguous()
         )
         return dx.reshape(x.shape)
@@ -151,7 +153,7 @@ def _rope_ok(x: Tensor, cos: Tensor) -> Callable[[], str | None]:
     return lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])
 
 
-@torch.library.custom_op("trnf::rope_qknorm", mutates_args=())
+@_OP("trnf::rope_qknorm", mutates_args=())
 def rope_qknorm_op(
     x: Tensor, cos: Tensor, sin: Tensor, eps: float, normalize: bool
 ) -> tuple[Tensor, Tensor]:
@@ -159,20 +161,20 @@ def rope_qknorm_op(
     t = x.shape[-2] if x.dim() >= 2 else 0
     if _use_kernel("rope_qknorm", (x,), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        return backend.kernel_module("rope_qknorm").rope_qknorm_fwd(
+        return backend.launch("rope_qknorm", "rope_qknorm_fwd")(
             x.contiguous(), c, s, eps, normalize
         )
     return references.rope_qknorm(x, cos[:t], sin[:t], eps, normalize)
 
 
-@torch.library.custom_op("trnf::rope_qknorm_backward", mutates_args=())
+@_OP("trnf::rope_qknorm_backward", mutates_args=())
 def rope_qknorm_backward_op(
     x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: bool
 ) -> Tensor:
     t = x.shape[-2]
     if _use_kernel("rope_qknorm", (x, dy), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        return backend.kernel_module("rope_qknorm").rope_qknorm_bwd(
+        return backend.launch("rope_qknorm", "rope_qknorm_bwd")(
             x.contiguous(), dy.to(x.dtype).contiguous(), c, s, rstd.float().contiguous(), normalize
         )
     return references.rope_qknorm_backward(x, dy, cos[:t], sin[:t], rstd, normalize)
@@ -213,23 +215,23 @@ def _ce_ok(logits: Tensor) -> Callable[[], str | None]:
     return lambda: backend.supports_cross_entropy(tuple(logits.shape), logits.dtype)
 
 
-@torch.library.custom_op("trnf::cross_entropy", mutates_args=())
+@_OP("trnf::cross_entropy", mutates_args=())
 def cross_entropy_op(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
     """logits [N, V], targets [N] (int, < 0 ignored) -> (loss [N], lse [N]) float32."""
     if _use_kernel("cross_entropy", (logits,), _ce_ok(logits)):
-        loss, lse = backend.kernel_module("cross_entropy").cross_entropy_fwd(
+        loss, lse = backend.launch("cross_entropy", "cross_entropy_fwd")(
             logits.contiguous(), _targets_f32(targets), softcap
         )
         return loss.reshape(-1), lse.reshape(-1)
     return references.cross_entropy(logits, targets, softcap)
 
 
-@torch.library.custom_op("trnf::cross_entropy_backward", mutates_args=())
+@_OP("trnf::cross_entropy_backward", mutates_args=())
 def cross_entropy_backward_op(
     logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float
 ) -> Tensor:
     if _use_kernel("cross_entropy", (logits,), _ce_ok(logits)):
-        return backend.kernel_module("cross_entropy").cross_entropy_bwd(
+        return backend.launch("cross_entropy", "cross_entropy_bwd")(
             logits.contiguous(),
             _targets_f32(targets),
             lse.reshape(-1, 1).float().contiguous(),
@@ -268,7 +270,7 @@ cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
 # ---------------------------------------------------------------- attention
 
 
-@torch.library.custom_op("trnf::attention", mutates_args=())
+@_OP("trnf::attention", mutates_args=())
 def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     """Causal attention, q [B, H, T, D], k/v [B, Hkv, T, D]."""
     if _use_kernel(
@@ -276,7 +278,7 @@ def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         (q, k),
         lambda: backend.supports_attention(tuple(q.shape), tuple(k.shape), q.dtype),
     ):
-        o, _lse = backend.kernel_module("attention").attention_fwd(
+        o, _lse = backend.launch("attention", "attention_fwd")(
             q.contiguous(), k.to(q.dtype).contiguous(), v.to(q.dtype).contiguous(), scale
         )
         return o
@@ -309,7 +311,7 @@ attention_op.register_autograd(_attention_bwd, setup_context=_attention_setup)
 # ---------------------------------------------------------------- polar express
 
 
-@torch.library.custom_op("trnf::polar_express", mutates_args=())
+@_OP("trnf::polar_express", mutates_args=())
 def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
     """Polar Express of g [..., m, n] (each matrix independently), g's dtype."""
     coeffs = polar_express_coeffs(steps)
@@ -319,11 +321,12 @@ def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
         (g,),
         lambda: backend.supports_polar_express(tuple(g.shape), torch.bfloat16, 2),
     ):
-        kernel = backend.kernel_module("polar_express").polar_express_fwd
-        mats = g.reshape(-1, *g.shape[-2:]).to(torch.bfloat16)
-        tall = g.shape[-2] > g.shape[-1]
-        outs = [kernel((m.mT if tall else m).contiguous(), coeffs, eps) for m in mats.unbind(0)]
-        out = torch.stack([o.mT if tall else o for o in outs]).reshape(g.shape)
+        m, n = g.shape[-2:]
+        mats = g.reshape(-1, m, n).to(torch.bfloat16)
+        tall = m > n
+        batch = (mats.mT if tall else mats).contiguous()
+        out = backend.launch("polar_express", "polar_express_fwd")(batch, coeffs, eps)
+        out = (out.mT if tall else out).reshape(g.shape)
         return out.to(g.dtype)
     return references.polar_express(g, coeffs, eps)
 
