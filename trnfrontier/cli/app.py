@@ -25,6 +25,29 @@ try:  # typer >= 0.22 vendors click; older releases depend on it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import ClickException
 
+def _show_flags_as_flags() -> None:
+    """Help lists a boolean flag (``--json``, ``--dry-run``, ``--help``) without a value type.
+
+    Typer 0.2x's rich help prints ``<bool>`` beside every flag, as if it took a value; the
+    option's own ``is_flag`` says it does not. Patched once, here, so every command (and any
+    added later) gets it."""
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "_trnf_flags", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return original(self, ctx)
+
+    display_type_rich._trnf_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_show_flags_as_flags()
+
 app = typer.Typer(
     name="trnf",
     help="Prepare, train, evaluate, profile, package and verify AWS Trainium Frontier submissions.",

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.schema import Recipe
+from trnfrontier.suggest import did_you_mean
 
 
 def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:
@@ -42,7 +43,10 @@ def _check_path(model: type[BaseModel], path: list[str]) -> None:
         if part not in fields:
             known = ", ".join(sorted(fields))
             where = ".".join(path[:depth]) or "the recipe"
-            raise UsageError(f"override key {'.'.join(path)!r}: {where} has no field {part!r} (known: {known})")
+            raise UsageError(
+                f"override key {'.'.join(path)!r}: {where} has no field {part!r}"
+                f"{did_you_mean(part, fields)} (known: {known})"
+            )
         annotation = fields[part].annotation
         current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
@@ -70,9 +74,21 @@ def format_validation_error(error: ValidationError, source: str) -> str:
         path = ".".join(str(part) for part in problem["loc"]) or "(recipe)"
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; `trnf recipes schema` lists every key)"
+            near = did_you_mean(str(problem["loc"][-1]), _fields_at(problem["loc"][:-1]))
+            message = f"unknown key{near} (`trnf recipes schema` lists every key)"
         lines.append(f"{path}: {message}")
     return f"{source}: invalid recipe: " + "; ".join(lines)
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the recipe section at ``loc`` (empty when it is not a section)."""
+    current: Any = Recipe
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return []
+        current = fields[part].annotation
+    return list(getattr(current, "model_fields", None) or [])
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -97,7 +113,12 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
     if path.is_dir():
         raise TrnfError(f"recipe {path} is a directory; give a recipe YAML file or a shipped name", exit_code=2)
     if not path.is_file():
-        raise TrnfError(f"recipe {path} not found; `trnf recipes list` shows the shipped ones", exit_code=2)
+        from trnfrontier.recipes.registry import shipped_recipes
+
+        near = did_you_mean(path.name.removesuffix(".yaml"), shipped_recipes())
+        raise TrnfError(
+            f"recipe {path} not found{near}; `trnf recipes list` shows the shipped ones", exit_code=2
+        )
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
