@@ -61,3 +61,29 @@ def test_verify_timeouts_leave_no_process(tmp_path: Path) -> None:
     watcher.join()
     assert code is None  # timed out
     assert started and not _alive(started[0]), "verify's timeout left a worker running"
+
+
+def test_run_tree_separates_the_streams_and_reports_the_exit_status(tmp_path: Path) -> None:
+    script = "import sys; print('out line'); print('err line', file=sys.stderr); sys.exit(7)"
+    done = processes.run_tree([sys.executable, "-c", script], cwd=tmp_path, timeout=60)
+    assert (done.returncode, done.timed_out) == (7, False)
+    assert done.stdout.strip() == "out line" and done.stderr.strip() == "err line"
+    merged = processes.run_tree([sys.executable, "-c", script], timeout=60, merge_stderr=True, tail_bytes=9)
+    assert merged.stderr == "" and merged.stdout.strip() in ("err line", "out line")
+
+
+def test_run_tree_ends_what_a_finished_command_left_behind(tmp_path: Path) -> None:
+    # The parent exits at once; its child (in the parent's process group) would run on.
+    marker = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
+    )
+    done = processes.run_tree([sys.executable, "-c", script], timeout=60)
+    assert done.returncode == 0
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "a child of a finished command was left running"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import inspect
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from trnfrontier import processes
 from trnfrontier.console import err
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.trusted_prepare import TrustedContract, load_contract
@@ -154,7 +154,7 @@ def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num
     command = [sys.executable, str(contract.path), "setup"]
     if num_train_shards is not None:
         command += ["--num-train-shards", str(num_train_shards)]
-    completed = subprocess.run(command, stdout=sys.stderr, check=False)
+    completed = processes.run_tree(command, stdout=sys.stderr)
     if completed.returncode != 0:
         raise TrnfError(f"`{' '.join(command)}` failed with exit code {completed.returncode}; see its output above")
     return {"source": source}

@@ -14,12 +14,12 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trnfrontier import processes
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime.rundir import FINAL_DIR, META_FILE, RECIPE_FILE, SUMMARY_FILE
@@ -188,10 +188,9 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised."""
     deadline = spec["timeout"] + LOAD_GRACE_SECONDS
     command = [sys.executable, "-m", "trnfrontier.eval_worker", json.dumps(spec)]
-    try:
-        # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
-        done = subprocess.run(command, capture_output=True, text=True, timeout=deadline, env=child_env(os.environ))
-    except subprocess.TimeoutExpired:
+    # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
+    done = processes.run_tree(command, timeout=deadline, env=child_env(os.environ))
+    if done.timed_out:
         return {
             "error": f"did not finish within {deadline:g} s (--timeout {spec['timeout']:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
             "error_kind": "timeout",

@@ -1,4 +1,9 @@
-"""The process tree of a launch, and ending all of it.
+"""Launching a process tree, and ending all of it: the one helper every launch site uses.
+
+``start`` launches a command in a session of its own (so its whole group can be signalled);
+``run_tree`` runs one to completion with a time limit and returns its exit status and
+output; ``stop_tree`` ends a launched process and everything it started. On a timeout,
+Ctrl-C or SIGTERM to trnf the whole tree goes, never just the direct child.
 
 Why not just ``killpg``: torchrun starts every worker with ``start_new_session=True``, so
 the workers are *not* in torchrun's process group. Killing torchrun's group with SIGKILL
@@ -15,12 +20,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 PROC = Path("/proc")
 
@@ -146,3 +153,80 @@ def sigterm_as_interrupt() -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def start(
+    cmd: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+    stdin: int | IO[Any] | None = subprocess.DEVNULL,
+) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in a new session (its own process group), so that ``stop_tree`` can
+    reach it and what it starts without ever signalling trnf itself."""
+    return subprocess.Popen(
+        list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
+        stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True,
+    )
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a ``run_tree`` command ended."""
+
+    returncode: int | None  # None: still running at the timeout, so the tree was killed
+    stdout: str  # its output (the last ``tail_bytes`` of it); stderr too when merged
+    stderr: str  # "" when merged into stdout or passed through
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def _tail(handle: IO[bytes], limit: int | None) -> str:
+    handle.seek(0, os.SEEK_END)
+    size = handle.tell()
+    handle.seek(max(0, size - limit) if limit is not None else 0)
+    return handle.read().decode("utf-8", "replace")
+
+
+def run_tree(
+    cmd: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    merge_stderr: bool = False,
+    stdout: IO[Any] | None = None,
+    tail_bytes: int | None = None,
+    grace: float = 0.5,
+) -> Finished:
+    """Run ``cmd`` to completion in a session of its own and return how it ended.
+
+    Past ``timeout`` seconds the whole tree is killed and ``returncode`` is None; on
+    Ctrl-C (or SIGTERM to trnf) the tree is killed and KeyboardInterrupt propagates.
+    Either way, and after a normal exit, nothing it started is left running. Output is
+    captured (stderr separately unless ``merge_stderr``) unless ``stdout`` is given, a
+    stream that receives stdout as it comes (stderr then goes where trnf's goes).
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = start(
+            cmd, cwd=cwd, env=env,
+            stdout=stdout if stdout is not None else out,
+            stderr=subprocess.STDOUT if merge_stderr else (None if stdout is not None else err),
+        )
+        try:
+            with sigterm_as_interrupt():
+                code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            # Also after a normal exit: whatever it left behind in its group goes too.
+            stop_tree(proc, grace=grace)
+        return Finished(
+            code,
+            "" if stdout is not None else _tail(out, tail_bytes),
+            "" if merge_stderr else _tail(err, tail_bytes),
+        )

@@ -371,9 +371,7 @@ def run_plan(
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(plan.command)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(
-            plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        proc = processes.start(plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=None)
         display = (
             Live(
                 live_view(None, budget, run_dir, started, None),

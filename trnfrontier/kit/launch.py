@@ -84,8 +84,7 @@ def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
     started = time.monotonic()
     chunks: list[str] = []
     with open(console_log, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = processes.start(plan.argv, cwd=plan.cwd, env=plan.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
         def pump() -> None:
             assert proc.stdout is not None

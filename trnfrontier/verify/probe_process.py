@@ -1,7 +1,7 @@
 """Run the probe (``probe.py``) in a subprocess with a time limit: the only place archive code executes.
 
-The child gets its own session (process group), so on timeout the whole group (the
-child and anything it started) is killed, not just the direct child. Its output is a
+The child runs through ``processes.run_tree``: on timeout the whole tree (the child and
+anything it started) is killed, not just the direct child. Its output is a
 JSON file; a crash or a kill leaves none and is reported with the stderr tail.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -28,20 +27,11 @@ class ProbeResult:
 
 
 def run_in_group(cmd: list[str], *, cwd: Path, env: dict[str, str] | None, timeout: float) -> tuple[int | None, str]:
-    """Run ``cmd`` in a new session; kill the whole group on timeout. Returns (returncode or None on timeout, output tail)."""
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            # The whole tree, torchrun's workers (in sessions of their own) included.
-            processes.stop_tree(proc, grace=0.5)
-        log.seek(0, os.SEEK_END)
-        log.seek(max(0, log.tell() - 4000))
-        tail = log.read().decode("utf-8", "replace")
-    return code, tail
+    """Run ``cmd`` with ``processes.run_tree``: the whole tree (torchrun's workers, in
+    sessions of their own, included) is killed on timeout. Returns (returncode or None on
+    timeout, the last 4000 bytes of stdout+stderr)."""
+    done = processes.run_tree(cmd, cwd=cwd, env=env, timeout=timeout, merge_stderr=True, tail_bytes=4000)
+    return done.returncode, done.stdout
 
 
 def run_probe(
