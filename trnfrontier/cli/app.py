@@ -109,6 +109,15 @@ def main(argv: list[str] | None = None) -> None:
     except ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # A read-only --out, a full disk, a folder without permission: the path and what to
+        # do, not a traceback. Other OSErrors are bugs and keep theirs.
+        from trnfrontier.fs_errors import describe, is_user_facing
+
+        if not is_user_facing(exc):
+            raise
+        sys.stderr.write(f"trnf: error: {describe(exc)}\n")
+        sys.exit(1)
     except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("trnf: interrupted\n")
         sys.exit(130)

@@ -1,0 +1,61 @@
+"""Filesystem failures (read-only, full, no permission) are one line naming the path."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import run_cli
+from trnfrontier.fs_errors import describe, is_user_facing
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_describe_names_the_path_and_what_to_do() -> None:
+    line = describe(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/data/run/x"))
+    assert line.startswith("/data/run/x: No space left on device; ") and "free some space" in line
+    assert "read-only" in describe(OSError(errno.EROFS, os.strerror(errno.EROFS), "/mnt/ro"))
+    assert is_user_facing(OSError(errno.ENOSPC, "No space left on device"))
+    assert not is_user_facing(OSError(errno.ECONNRESET, "reset"))  # not a filesystem problem: a bug
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES, errno.EROFS])
+def test_a_failing_out_folder_is_one_line_and_leaves_nothing(
+    code: int, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "runs" / "r"
+    real_mkdir = Path.mkdir
+
+    def failing_mkdir(self: Path, *args, **kwargs) -> None:
+        if self == target:
+            raise OSError(code, os.strerror(code), str(self))
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", failing_mkdir)
+    exit_code, _, err = run_cli(["train", "cpu_smoke", "--out", str(target)], capsys)
+    assert exit_code == 1
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"trnf: error: {target}: {os.strerror(code)}; ")
+    assert not target.exists()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) makes the read-only mount")
+def test_out_on_a_read_only_file_system(sample_home: Path, tmp_path: Path) -> None:
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only), "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"bwrap cannot mount here: {probe.stderr.decode()[-200:]}")
+    result = subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only),
+         sys.executable, "-m", "trnfrontier", "train", "cpu_smoke", "--out", str(read_only / "run")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, env={**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py")},
+    )
+    assert result.returncode == 1
+    assert result.stderr == f"trnf: error: {read_only / 'run'}: Read-only file system; the file system is read-only; choose a writable location (e.g. --out / -o elsewhere)\n"
