@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.kit.logs import PrintedRun
+from trnfrontier.runtime.budget_rule import STARTUP_CAP_SECONDS
 from trnfrontier.runtime.metrics import MetricsWriter
-from trnfrontier.verify.budget import STARTUP_CAP_SECONDS, read_boundaries
+from trnfrontier.verify.budget import read_boundaries
 
 # Summary fields a recipe run has that a kit run can only learn from what the script prints.
 PRINTED_FIELDS = ("final_loss", "tokens_per_second", "mfu", "tokens", "params", "reported_val_bpb")

@@ -36,7 +36,9 @@ from typing import Any
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import UsageError
 from trnfrontier.kit import launch, logs, preflight, summary
+from trnfrontier.runtime import budget_rule
 from trnfrontier.runtime.atomic import atomic_write_json
+from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.runtime.prepare_loader import sha256_file
 from trnfrontier.runtime.rundir import (
     COMPLETED,
@@ -237,7 +239,7 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
     if accounting is None and status in (COMPLETED, DIVERGED):
         run.problems.append(seen.how)
     if accounting and accounting["over_budget"]:
-        run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', 1800)):g} s")
+        run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', BUDGET_SECONDS)):g} s")
     if seen.checkpoint is None and status == COMPLETED:
         run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for {KIT_CHECKPOINT} and *.pt under {options.train_py.parent})")
     return status, failed_rank
@@ -277,7 +279,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "diverged_step": printed.non_finite_loss_step(),
     }
     if accounting and document["budget_seconds"] is None:  # a budget_accounting that omits it
-        document["budget_seconds"] = float(getattr(contract.module, "TRAIN_TIME_BUDGET_SECONDS", 1800))
+        document["budget_seconds"] = budget_rule.budget_of(contract.module)[0]
     if seen.facts.get("checkpoint_note"):
         document["checkpoint_note"] = seen.facts["checkpoint_note"]
     unprinted = [k for k in ("loss", "lr", "tokens_per_second") if printed.last(k) is None]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     FINAL_DIR,
@@ -158,7 +159,7 @@ def refusal_reasons(
     reasons = []
     if s.get("over_budget"):
         reasons.append(
-            f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or 1800):g}"
+            f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or BUDGET_SECONDS):g}"
         )
     elif step_log is not None and (reason := log_budget_reason(step_log)):
         reasons.append(reason)

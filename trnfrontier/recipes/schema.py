@@ -11,7 +11,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-COMPETITION_BUDGET_SECONDS = 1800.0
+from trnfrontier.runtime.budget_rule import (
+    BUDGET_SECONDS,
+    STARTUP_CAP_SECONDS,
+    STARTUP_STEPS_EXCLUDED,
+)
+
+COMPETITION_BUDGET_SECONDS = BUDGET_SECONDS
 
 
 class Section(BaseModel):
@@ -123,8 +129,8 @@ class BudgetSection(Section):
     """The organisers' clock. ``competition: true`` keeps ``seconds`` within the rules."""
 
     seconds: float = Field(COMPETITION_BUDGET_SECONDS, gt=0)
-    startup_steps_excluded: int = Field(5, ge=0)
-    startup_allowance_cap_seconds: float = Field(900.0, ge=0)
+    startup_steps_excluded: int = Field(STARTUP_STEPS_EXCLUDED, ge=0)
+    startup_allowance_cap_seconds: float = Field(STARTUP_CAP_SECONDS, ge=0)
     checkpoint_reserve_seconds: float = Field(30.0, ge=0, description="Kept free at the end for the final checkpoint.")
     competition: bool = Field(True, description="Enforce the competition's limits (seconds <= 1800).")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps even with budget left.")

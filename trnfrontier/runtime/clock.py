@@ -1,6 +1,7 @@
 """The organisers' training clock, replicated, plus the decision of when to stop.
 
-The rule (``prepare.budget_accounting`` computes the same from the step-boundary log):
+The rule (``prepare.budget_accounting`` computes the same from the step-boundary log;
+``budget_rule`` is its copy outside prepare.py):
 
     startup  = time from process start to the boundary of step ``startup_steps_excluded``
     excluded = min(startup, startup_allowance_cap_seconds)   # excess startup is charged
@@ -18,6 +19,8 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+
+from trnfrontier.runtime.budget_rule import excluded_startup
 
 
 def process_start_time() -> float | None:
@@ -122,7 +125,7 @@ class BudgetClock:
         return (self._time() if now is None else now) - self.start_time
 
     def excluded_seconds(self, now: float | None = None) -> float:
-        return min(self.startup_seconds(now), self.cap_seconds)
+        return excluded_startup(self.startup_seconds(now), self.cap_seconds)
 
     def charged_seconds(self, now: float | None = None) -> float:
         """Budget used so far (including earlier processes of a resumed run)."""

@@ -2,15 +2,10 @@
 
 When the trusted prepare.py provides ``budget_accounting(path)`` it is used as is: the
 organisers' own arithmetic is the spec. Without it (an older or foreign prepare.py), the
-same documented formula is applied to the same log format::
+documented formula (``trnfrontier.runtime.budget_rule``) is applied to the same log format::
 
     {"header": true, "start_time": <process start, s>, "pid": ...}   one per process; the last one counts
     {"step": <steps completed>, "time": <s>}                          one per recorded boundary
-
-    startup  = t[first boundary with step >= TRAIN_STARTUP_STEPS_EXCLUDED] - start_time
-               (all of the run when it has fewer steps)
-    charged  = (t[last boundary] - start_time) - min(startup, TRAIN_STARTUP_ALLOWANCE_CAP_SECONDS)
-    over_budget = charged > TRAIN_TIME_BUDGET_SECONDS
 """
 
 from __future__ import annotations
@@ -21,9 +16,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-BUDGET_SECONDS = 1800.0
-STARTUP_STEPS_EXCLUDED = 5
-STARTUP_CAP_SECONDS = 900.0
+from trnfrontier.runtime import budget_rule
+from trnfrontier.runtime.budget_rule import (
+    BUDGET_SECONDS,
+    STARTUP_CAP_SECONDS,
+    STARTUP_STEPS_EXCLUDED,
+)
 
 
 class BudgetLogError(ValueError):
@@ -60,25 +58,10 @@ def documented_accounting(
     excluded_steps: int = STARTUP_STEPS_EXCLUDED,
     cap: float = STARTUP_CAP_SECONDS,
 ) -> dict[str, Any]:
-    """The formula in the module docstring, for a prepare.py without budget_accounting
-    (the same keys as prepare.budget_accounting returns)."""
+    """The documented formula over the log at ``path``, for a prepare.py without
+    budget_accounting (the same keys as prepare.budget_accounting returns)."""
     start, boundaries = read_boundaries(path)
-    last = boundaries[-1][1] if boundaries else start
-    after = [t for step, t in boundaries if step >= excluded_steps]
-    startup = (after[0] if after else last) - start
-    excluded = min(startup, cap)
-    charged = (last - start) - excluded
-    return {
-        "start_time": start,
-        "steps": boundaries[-1][0] if boundaries else 0,
-        "total_seconds": last - start,
-        "startup_seconds": startup,
-        "excluded_seconds": excluded,
-        "charged_seconds": charged,
-        "budget_seconds": budget,
-        "headroom_seconds": budget - charged,
-        "over_budget": charged > budget,
-    }
+    return budget_rule.account(start, boundaries, budget=budget, steps_excluded=excluded_steps, cap=cap)
 
 
 def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str]:
@@ -88,9 +71,7 @@ def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str
             return dict(prepare.budget_accounting(str(path))), "prepare.budget_accounting"
         except Exception as exc:  # the trusted file's own error types (PrepareError, ...): a bad log
             raise BudgetLogError(str(exc)) from None
-    budget = float(getattr(prepare, "TRAIN_TIME_BUDGET_SECONDS", BUDGET_SECONDS))
-    excluded = int(getattr(prepare, "TRAIN_STARTUP_STEPS_EXCLUDED", STARTUP_STEPS_EXCLUDED))
-    cap = float(getattr(prepare, "TRAIN_STARTUP_ALLOWANCE_CAP_SECONDS", STARTUP_CAP_SECONDS))
+    budget, excluded, cap = budget_rule.budget_of(prepare)
     return documented_accounting(path, budget, excluded, cap), "the documented formula (prepare.py has no budget_accounting)"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError
+from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.verify.archive import ExtractionError, Limits, safe_extract
 from trnfrontier.verify.budget import BudgetLogError, account
 from trnfrontier.verify.checkpoint import CheckpointError, scan_final_pt, scan_safetensors
@@ -123,7 +124,7 @@ def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
         return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
     charged = float(acct["charged_seconds"])
     excluded = float(acct.get("excluded_seconds", acct["startup_seconds"]))
-    line = f"charged {charged:.1f} s of {float(acct.get('budget_seconds', 1800)):g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"
+    line = f"charged {charged:.1f} s of {float(acct.get('budget_seconds', BUDGET_SECONDS)):g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"
     if acct["over_budget"]:
         return failed("budget", "over budget: " + line)
     return passed("budget", line)
