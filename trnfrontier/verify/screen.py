@@ -15,10 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# What the organisers' environment provides besides the standard library.
-ORGANISER_PACKAGES = frozenset(
-    {"torch", "torch_neuronx", "torch_xla", "nki", "neuronxcc", "numpy", "tiktoken", "pyarrow", "prepare"}
-)
+from trnfrontier.allowed_imports import ORGANISER_PACKAGES
 
 # Modules that reach the network or start processes; never needed to train or evaluate.
 FORBIDDEN_MODULES = frozenset(
