@@ -72,3 +72,27 @@ def test_trainium_peak_is_split_per_logical_core() -> None:
 
 def test_synchronize_on_cpu_is_a_no_op() -> None:
     devices.synchronize(torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "visible", "index"),
+    [
+        (0, 1, 0),
+        (3, 1, 0),  # the runtime gave each process its own core (one visible per rank)
+        (0, 4, 0),
+        (3, 4, 3),  # several visible: one per local rank
+    ],
+)
+def test_pick_device_index(local_rank: int, visible: int, index: int) -> None:
+    assert devices.pick_device_index(local_rank, visible, "logical NeuronCore") == index
+
+
+def test_pick_device_index_says_what_to_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    with pytest.raises(
+        devices.DeviceError,
+        match=r"local rank 4 .* 4 visible with NEURON_LOGICAL_NC_CONFIG=2; lower --nproc or set runtime.lnc=1",
+    ):
+        devices.pick_device_index(4, 4, "logical NeuronCore")
+    with pytest.raises(devices.DeviceError, match="no GPU is visible"):
+        devices.pick_device_index(0, 0, "GPU")

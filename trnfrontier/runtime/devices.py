@@ -79,6 +79,31 @@ def neuron_available() -> bool:
         return False
 
 
+def pick_device_index(local_rank: int, visible: int, what: str) -> int:
+    """Which of the ``visible`` devices this process (``local_rank``) drives.
+
+    - one device visible: the launcher or runtime already gave each process its own
+      (``NEURON_RT_VISIBLE_CORES`` / ``CUDA_VISIBLE_DEVICES`` per rank): index 0 for every
+      rank, whatever the rank is;
+    - several visible: one per local rank, as the TorchNeuron and CUDA examples do
+      (device ``local_rank``);
+    - fewer than the local ranks need: an error that says what to change.
+    """
+    if visible < 1:
+        raise DeviceError(f"no {what} is visible to this process")
+    if visible == 1:
+        return 0
+    if local_rank < visible:
+        return local_rank
+    lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "2")
+    hint = f" with NEURON_LOGICAL_NC_CONFIG={lnc}" if "Neuron" in what else ""
+    raise DeviceError(
+        f"local rank {local_rank} has no {what}: {visible} visible{hint}; lower --nproc"
+        + (" or set runtime.lnc=1" if hint else "")
+        + ", or give each process its own device"
+    )
+
+
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto``/``cpu``/``cuda``/``neuron`` -> a torch.device for this process (one per local rank)."""
     if name == "auto":
@@ -95,13 +120,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
             raise DeviceError(
                 "runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto"
             )
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise DeviceError(
-                f"local rank {local_rank} has no GPU ({count} visible); lower --nproc"
-            )
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        index = pick_device_index(local_rank, torch.cuda.device_count(), "GPU")
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     if name == "neuron":
         import_neuron()
         count = torch.accelerator.device_count()
@@ -109,13 +130,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
             raise DeviceError(
                 "torch-neuronx is installed but shows no NeuronCore; is this a Trainium instance?"
             )
-        if local_rank >= count:
-            raise DeviceError(
-                f"local rank {local_rank} has no logical NeuronCore ({count} visible with "
-                f"NEURON_LOGICAL_NC_CONFIG={os.environ.get('NEURON_LOGICAL_NC_CONFIG', '2')}); lower --nproc or set runtime.lnc=1"
-            )
-        torch.accelerator.set_device_index(local_rank)
-        return torch.device("neuron", local_rank)
+        index = pick_device_index(local_rank, count, "logical NeuronCore")
+        torch.accelerator.set_device_index(index)
+        return torch.device("neuron", index)
     raise DeviceError(f"unknown device {name!r}; choose cpu, cuda, neuron or auto")
 
 
