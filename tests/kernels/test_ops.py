@@ -256,11 +256,15 @@ def test_fused_defaults_compose_the_single_ops() -> None:
     x = torch.randn(2, 3, 5, 8)
     angles = torch.randn(5, 4)
     cos, sin = angles.cos()[None, None], angles.sin()[None, None]
-    assert torch.equal(ops.rotary_rms_norm(x, cos, sin), ops.rms_norm(ops.apply_rotary(x, cos, sin)))
+    assert torch.equal(
+        ops.rotary_rms_norm(x, cos, sin), ops.rms_norm(ops.apply_rotary(x, cos, sin))
+    )
     logits, targets = torch.randn(2, 5, 11) * 30, torch.randint(0, 11, (2, 5))
     targets[0, 0] = -1
     fused = ops.softcapped_cross_entropy(logits, targets, 15.0, reduction="none")
-    assert torch.equal(fused, ops.cross_entropy(ops.softcap(logits, 15.0), targets, reduction="none"))
+    assert torch.equal(
+        fused, ops.cross_entropy(ops.softcap(logits, 15.0), targets, reduction="none")
+    )
 
 
 def test_benchmark_kernels_reports_every_kernel_against_its_reference() -> None:
@@ -280,3 +284,41 @@ def test_benchmark_kernels_reports_every_kernel_against_its_reference() -> None:
         assert row["kernel_ms"] > 0 and row["reference_ms"] > 0 and row["speedup"] > 0
         assert ("achieved_gbps" in row) != ("achieved_tflops" in row)
         assert row["peak_fraction"] is None  # no published peak for a CPU
+
+
+@pytest.mark.parametrize("lnc", ["1", "2"])
+def test_kernel_ops_inside_torch_compile(
+    interpreter_backend, monkeypatch: pytest.MonkeyPatch, lnc: str
+) -> None:
+    """runtime.compile with kernels on: the ops trace into one graph (fullgraph, fixed
+    shapes as the trainer compiles them, dynamic=False) through their fake and autograd
+    registrations, and the compiled step runs the kernels, launched on the LNC grid."""
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", lnc)
+    assert use_kernels({"relu2": "on", "rmsnorm": "on"}, "cpu") == {
+        **{name: "reference" for name in backend.KERNEL_NAMES},
+        "relu2": "nki",
+        "rmsnorm": "nki",
+    }
+    calls: list[int] = []
+    launcher = backend.BACKEND.launcher
+
+    def counting(kernel: object, grid: int) -> object:
+        calls.append(grid)
+        return launcher(kernel, grid)
+
+    monkeypatch.setattr(backend.BACKEND, "launcher", counting)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return custom_ops.rms_norm(custom_ops.relu_squared(x)).square().sum()
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=False)
+    x = torch.randn(3, 130, 16, requires_grad=True)
+    loss = compiled(x)
+    loss.backward()
+    x_ref = x.detach().clone().requires_grad_(True)
+    with backend.kernel_backend(backend.BACKEND.loader, set()):  # the reference path
+        want = step(x_ref)
+        want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    assert calls and set(calls) == {int(lnc)}  # forward and backward kernels, on the grid
