@@ -32,6 +32,8 @@ LIGHT_COMMANDS = [
     ["recipes", "show", "muon_gqa", "optim.matrix_lr=0.03"],
     ["recipes", "validate", str(REPO / "recipes" / "cpu_smoke.yaml")],
     ["recipes", "schema"],
+    ["doctor", "--help"],
+    ["doctor", "--json"],
 ]
 
 _PROBE = """

@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import pytest
-import torch
 
 from kernels.testing import HostTensor, InterpretedKernel, load_kernel_module, machine
+from kernels.testing.torch_bridge import interpreted_torch_module
 from trnfrontier.runtime.kernels import backend, reset_kernels
 
 
@@ -90,57 +89,9 @@ def kernel(
     return lambda name: SimulatedModule(nki, load_kernel_file(name), lnc)
 
 
-_TORCH_DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "int32": torch.int32,
-}
-
-
-def _to_host(arg: Any) -> Any:
-    if not isinstance(arg, torch.Tensor):
-        return arg
-    t = arg.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return HostTensor(t.float().numpy(), machine.bfloat16)
-    if t.dtype == torch.float64:
-        raise TypeError("the kernels take float32/bfloat16/float16, not float64")
-    return t.numpy()
-
-
-class TorchKernel:
-    """An interpreted kernel callable with torch tensors; ``[grid]`` launches it on a grid."""
-
-    def __init__(self, fn: InterpretedKernel) -> None:
-        self.fn = fn
-
-    def __getitem__(self, grid: int) -> TorchKernel:
-        return TorchKernel(self.fn[grid])
-
-    def __call__(self, *args: Any) -> Any:
-        result = self.fn.run_typed(*[_to_host(a) for a in args])
-        pairs = result if isinstance(result[0], tuple) else (result,)
-        out = tuple(
-            torch.from_numpy(np.ascontiguousarray(v)).to(_TORCH_DTYPES[d.name]) for v, d in pairs
-        )
-        return out if isinstance(result[0], tuple) else out[0]
-
-
-class TorchAdapter:
-    """Kernel functions of an interpreted module, callable with torch tensors."""
-
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-
-    def __getattr__(self, attr: str) -> Any:
-        fn = getattr(self.module, attr)
-        return TorchKernel(fn) if isinstance(fn, InterpretedKernel) else fn
-
-
 @pytest.fixture()
 def interpreter_backend() -> Iterator[None]:
-    with backend.kernel_backend(lambda name: TorchAdapter(load_kernel_module(name)), {"cpu"}):
+    with backend.kernel_backend(interpreted_torch_module, {"cpu"}):
         try:
             yield
         finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from trnfrontier import __version__
+from trnfrontier.cli import doctor as doctor_cmd
 from trnfrontier.cli import eval as eval_cmd
 from trnfrontier.cli import init as init_cmd
 from trnfrontier.cli import package as package_cmd
@@ -94,6 +95,7 @@ app.command("profile", context_settings={"allow_extra_args": True, "ignore_unkno
 app.command("package")(package_cmd.command)
 app.command("verify")(verify_cmd.command)
 app.command("init")(init_cmd.command)
+app.command("doctor")(doctor_cmd.command)
 app.add_typer(recipes_cmd.app, name="recipes")
 
 

@@ -72,10 +72,10 @@ def load_kernel_file(name: str) -> ModuleType:
 
 
 class _Backend:
-    loader: Callable[[str], ModuleType] = staticmethod(load_kernel_file)
+    loader: Callable[[str], Any] = staticmethod(load_kernel_file)
     launcher: Callable[[Any, int], Any] = staticmethod(registration.neuron_launcher)
     devices: frozenset[str] = frozenset({"neuron"})
-    modules: dict[str, ModuleType] = {}
+    modules: dict[str, Any] = {}
     modes: dict[str, str] = {}
     warned: set[tuple[str, str]] = set()
 
@@ -95,7 +95,7 @@ def mode(name: str) -> str:
     return BACKEND.modes.get(name, "auto")
 
 
-def kernel_module(name: str) -> ModuleType:
+def kernel_module(name: str) -> Any:
     if name not in BACKEND.modules:
         BACKEND.modules[name] = BACKEND.loader(name)
     return BACKEND.modules[name]
@@ -142,7 +142,7 @@ def _index_grid(kernel: Any, grid: int) -> Any:
 
 @contextlib.contextmanager
 def kernel_backend(
-    loader: Callable[[str], ModuleType],
+    loader: Callable[[str], Any],
     devices: set[str] | frozenset[str],
     launcher: Callable[[Any, int], Any] = _index_grid,
 ) -> Iterator[None]:

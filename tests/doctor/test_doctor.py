@@ -1,0 +1,170 @@
+"""`trnf doctor` on a CPU machine: the environment checks' decisions on faked devices and
+environments, and the CLI with and without --kernels (the interpreter path)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import run_cli
+from trnfrontier.doctor import environment as envmod
+
+
+def _trainium(tmp_path: Path, chips: int) -> Path:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(chips):
+        (dev / f"neuron{i}").touch()
+    (dev / "neuron_stats").touch()  # not a device
+    return dev
+
+
+def test_parse_core_list() -> None:
+    assert envmod.parse_core_list("0-3") == [0, 1, 2, 3]
+    assert envmod.parse_core_list("4,5, 8-9") == [4, 5, 8, 9]
+
+
+@pytest.mark.parametrize(
+    ("chips", "lnc", "nproc", "env", "status", "text"),
+    [
+        (1, 2, 4, {}, "ok", "8 physical|4 logical at LNC=2 for nproc=4"),
+        (1, 1, 8, {}, "ok", "8 logical at LNC=1 for nproc=8"),
+        (1, 2, 8, {}, "fail", "4 logical at LNC=2, fewer than runtime.nproc=8"),
+        (16, 2, 4, {}, "ok", "60 logical core\\(s\\) idle"),
+        (16, 2, 4, {"NEURON_RT_VISIBLE_CORES": "0-3"}, "fail", "2 logical at LNC=2"),
+        (1, 2, 4, {"NEURON_LOGICAL_NC_CONFIG": "1"}, "warn", "recipe says runtime.lnc=2"),
+        (0, 2, 4, {}, "skip", "not a Trainium machine"),
+    ],
+)
+def test_cores_against_lnc_and_nproc(
+    tmp_path: Path, chips: int, lnc: int, nproc: int, env: dict, status: str, text: str
+) -> None:
+    check = envmod.check_cores(lnc, nproc, _trainium(tmp_path, chips), env)
+    assert check.status == status
+    assert any(__import__("re").search(t, check.detail) for t in text.split("|"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "status", "text"),
+    [
+        ("", "ok", "unset"),
+        ("--model-type=transformer", "ok", "--model-type"),
+        ("--optlevel 1", "warn", "slower steps"),
+        ("-O1 --model-type transformer", "warn", "slower steps"),
+        ("--target=trn1", "warn", "another chip"),
+        ("--auto-cast-type fp8_e4m3", "warn", "FP8"),
+        ("--optlevel 2 --optlevel 3", "warn", "given twice"),
+        ("--logical-nc-config=2", "warn", "NEURON_LOGICAL_NC_CONFIG"),
+        ("--flag 'unclosed", "fail", "does not parse"),
+    ],
+)
+def test_suspicious_neuron_cc_flags(flags: str, status: str, text: str) -> None:
+    check = envmod.check_cc_flags({"NEURON_CC_FLAGS": flags} if flags else {})
+    assert (check.status, text in check.detail) == (status, True), check
+
+
+def test_compile_cache_location_and_free_disk(tmp_path: Path) -> None:
+    env = {envmod.COMPILE_CACHE_ENV: str(tmp_path / "cache")}
+    ok = envmod.check_compile_cache(env, min_free_gib=0.0)
+    assert ok.status == "ok" and "created on first compile" in ok.detail
+    low = envmod.check_compile_cache(env, min_free_gib=1e9)
+    assert low.status == "warn" and envmod.COMPILE_CACHE_ENV in low.detail
+    remote = envmod.check_compile_cache({envmod.COMPILE_CACHE_ENV: "s3://bucket/cache"})
+    assert remote.status == "ok" and "remote" in remote.detail
+
+
+def test_versions_against_the_venv(monkeypatch: pytest.MonkeyPatch) -> None:
+    versions = {
+        "torch": "2.9.1",
+        "torch-neuronx": "2.9.0.2.11",
+        "nki": "0.3.0",
+        "neuronx-cc": "2.22",
+    }
+    monkeypatch.setattr(envmod, "_version", lambda name: versions.get(name))
+    assert envmod.check_torch().status == "ok"
+    assert envmod.check_torch_neuronx().status == "ok"
+    assert envmod.check_nki_and_compiler().status == "ok"
+    versions["torch-neuronx"] = "2.8.0.2.10"
+    assert "built for torch 2.8" in envmod.check_torch_neuronx().detail
+    versions["torch-neuronx"] = "0.0.1"
+    assert "placeholder" in envmod.check_torch_neuronx().detail
+    versions["nki"] = "0.2.1"
+    assert envmod.check_nki_and_compiler().status == "warn"
+    versions["torch"] = "2.5.0"
+    assert envmod.check_torch().status == "fail"
+
+
+def test_missing_neuron_packages_fail_on_trainium_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(envmod, "_version", lambda name: "2.9.0" if name == "torch" else None)
+    off = envmod.environment_report(2, 4, dev=tmp_path, env={})
+    by_name = {c["name"]: c["status"] for c in off["checks"]}
+    assert by_name["torch-neuronx"] == "skip" and off["status"] != "fail"
+    on = envmod.environment_report(2, 4, dev=_trainium(tmp_path, 1), env={})
+    assert {c["name"]: c["status"] for c in on["checks"]}["torch-neuronx"] == "fail"
+    assert on["status"] == "fail"
+
+
+def test_doctor_cli_json_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run_cli(["doctor", "--json", "--recipe", "cpu_smoke"], capsys)
+    doc = json.loads(stdout)
+    assert code == (1 if doc["status"] == "fail" else 0)
+    assert doc["recipe"] == "cpu_smoke" and "kernels" not in doc
+    names = [c["name"] for c in doc["environment"]["checks"]]
+    assert names == [
+        "torch",
+        "torch-neuronx",
+        "nki / neuronx-cc",
+        "cores",
+        "compile cache",
+        "NEURON_CC_FLAGS",
+    ]
+
+
+def test_doctor_kernels_on_cpu_runs_the_interpreter_and_says_what_it_skipped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, stdout, stderr = run_cli(
+        ["doctor", "--kernels", "--json", "--recipe", "cpu_smoke"], capsys
+    )
+    doc = json.loads(stdout)["kernels"]
+    assert doc["mode"] == "interpreter" and doc["dtype"] == "float32"
+    assert "compile time and speed against PyTorch" in doc["skipped"][0]
+    ran = {(r["kernel"], r["lnc"]): r for r in doc["results"]}
+    kernels = ("relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "attention", "polar_express")
+    assert set(ran) == {(k, lnc) for k in kernels for lnc in (1, 2)}
+    bad = [r for r in doc["results"] if r["status"] != "ok"]
+    assert not bad, bad
+    assert all(r["max_abs_error"] <= r["tolerance"] for r in doc["results"])
+    assert "LNC 1 and 2" in stderr
+
+
+def test_a_wrong_kernel_is_reported_as_failing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: relu2 without the square. doctor must say fail, not ok."""
+    import torch
+
+    from kernels.testing import load_kernel_module
+    from kernels.testing.torch_bridge import TorchAdapter
+    from trnfrontier.doctor import kernel_cases, kernel_checks
+    from trnfrontier.runtime.kernels import backend
+
+    mutant = TorchAdapter(
+        load_kernel_module(
+            "relu2",
+            [
+                (
+                    "        nisa.activation(dst=yt[0:rows, 0:cols], op=nl.square, data=r[0:rows, 0:cols])",
+                    "        nisa.activation(dst=yt[0:rows, 0:cols], op=nl.copy, data=r[0:rows, 0:cols])",
+                )
+            ],
+        )
+    )
+    shapes = kernel_cases.Shapes(130, 1, 130, 16, 2, 1, 8, 300, 15.0)
+    case = kernel_cases.cases(shapes, torch.device("cpu"), torch.float32)[0]
+    assert case.kernel == "relu2"
+    with backend.kernel_backend(lambda name: mutant, {"cpu"}):
+        result = kernel_checks.measure(case, torch.device("cpu"), "float32", repeats=0)
+    assert result["status"] == "fail" and result["max_abs_error"] > result["tolerance"]

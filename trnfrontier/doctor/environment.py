@@ -1,0 +1,247 @@
+"""`trnf doctor`: is this machine ready to train on Trainium? Checks that need no torch.
+
+Each check returns a :class:`Check` (ok / warn / fail / skip and one line saying why).
+Versions come from package metadata and devices from ``/dev/neuron*`` and
+``NEURON_RT_VISIBLE_CORES``, so the report is fast and works on a machine where
+importing torch-neuronx would fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+Status = str  # "ok" | "warn" | "fail" | "skip"
+
+TORCH_MIN = (2, 9)  # pyproject's torch>=2.9: the Trainium DLAMI venvs' torch
+NKI_MIN = (0, 3)  # the `nki` namespace kernels (NKI 0.3+, "Beta 2")
+TRN2_CORES_PER_CHIP = 8  # physical NeuronCore-v3 per Trainium2 chip
+COMPILE_CACHE_ENV = "NEURON_COMPILE_CACHE_URL"
+DEFAULT_COMPILE_CACHE = "/var/tmp/neuron-compile-cache"
+MIN_FREE_GIB = 20.0  # a d10-d20 model's NEFFs plus a checkpoint or two
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def check_torch() -> Check:
+    version = _version("torch")
+    if version is None:
+        return Check(
+            "torch", "fail", "not installed; use the DLAMI's Neuron venv (it has torch 2.9+)"
+        )
+    if _numbers(version)[:2] < TORCH_MIN:
+        return Check("torch", "fail", f"{version} < 2.9; the Neuron venvs ship 2.9+")
+    return Check("torch", "ok", version)
+
+
+def check_torch_neuronx() -> Check:
+    version = _version("torch-neuronx")
+    torch_version = _version("torch") or "?"
+    if version is None:
+        return Check(
+            "torch-neuronx",
+            "fail",
+            "not installed: no `neuron` device; it comes from AWS's Neuron pip repository "
+            "(https://pip.repos.neuron.amazonaws.com) or the DLAMI's Neuron venv",
+        )
+    if _numbers(version) < (1,):
+        return Check(
+            "torch-neuronx", "fail", f"{version}: the empty PyPI placeholder, not AWS's package"
+        )
+    # torch-neuronx releases are numbered after the torch they are built for (2.9.0.x)
+    if _numbers(version)[:2] != _numbers(torch_version)[:2]:
+        return Check(
+            "torch-neuronx",
+            "fail",
+            f"{version} is built for torch {'.'.join(map(str, _numbers(version)[:2]))}, "
+            f"this venv has torch {torch_version}; reinstall both from the Neuron repository",
+        )
+    return Check("torch-neuronx", "ok", f"{version} (torch {torch_version})")
+
+
+def check_nki_and_compiler() -> Check:
+    nki, cc = _version("nki"), _version("neuronx-cc")
+    if nki is None and cc is None:
+        return Check(
+            "nki / neuronx-cc",
+            "fail",
+            "neither installed: NKI kernels (kernels: auto) fall back to PyTorch",
+        )
+    if nki is None:
+        return Check(
+            "nki / neuronx-cc",
+            "warn",
+            f"neuronx-cc {cc}, but no `nki` package: the kernels need NKI 0.3+",
+        )
+    if _numbers(nki)[:2] < NKI_MIN:
+        return Check(
+            "nki / neuronx-cc",
+            "warn",
+            f"nki {nki} < 0.3: the kernels use the nki.* namespace of NKI 0.3+",
+        )
+    return Check("nki / neuronx-cc", "ok", f"nki {nki}, neuronx-cc {cc or 'not installed'}")
+
+
+def parse_core_list(text: str) -> list[int]:
+    """``NEURON_RT_VISIBLE_CORES`` ("0-3", "4,5", "0-1,6") -> [0, 1, 2, 3] ..."""
+    cores: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cores.extend(range(int(lo), int(hi or lo) + 1))
+    return cores
+
+
+def visible_cores(dev: Path, env: dict[str, str]) -> tuple[int, int, str]:
+    """(chips, physical cores visible to this process, how that was decided)."""
+    chips = len([p for p in dev.glob("neuron*") if re.fullmatch(r"neuron\d+", p.name)])
+    physical = chips * TRN2_CORES_PER_CHIP
+    listed = env.get("NEURON_RT_VISIBLE_CORES")
+    if listed:
+        try:
+            return chips, len(parse_core_list(listed)), f"NEURON_RT_VISIBLE_CORES={listed}"
+        except ValueError:
+            return (
+                chips,
+                physical,
+                f"NEURON_RT_VISIBLE_CORES={listed!r} unreadable; counted {dev}/neuron*",
+            )
+    return chips, physical, f"{chips} device(s) {dev}/neuron* x {TRN2_CORES_PER_CHIP} cores"
+
+
+def check_cores(lnc: int, nproc: int, dev: Path, env: dict[str, str]) -> Check:
+    """Visible cores against the recipe's LNC and process count (one process per logical core)."""
+    env_lnc = env.get("NEURON_LOGICAL_NC_CONFIG")
+    if env_lnc is not None and env_lnc != str(lnc):
+        return Check(
+            "cores",
+            "warn",
+            f"NEURON_LOGICAL_NC_CONFIG={env_lnc} but the recipe says runtime.lnc={lnc}; trnf train sets the recipe's",
+        )
+    chips, physical, how = visible_cores(dev, env)
+    if chips == 0:
+        return Check(
+            "cores",
+            "skip",
+            f"no {dev}/neuron* devices: not a Trainium machine (or the driver is not loaded)",
+        )
+    logical = physical // lnc
+    if nproc > logical:
+        return Check(
+            "cores",
+            "fail",
+            f"{how} = {physical} physical = {logical} logical at LNC={lnc}, fewer than runtime.nproc={nproc}; "
+            f"lower nproc or use LNC=1",
+        )
+    spare = f"; {logical - nproc} logical core(s) idle" if nproc < logical else ""
+    return Check("cores", "ok", f"{how} = {logical} logical at LNC={lnc} for nproc={nproc}{spare}")
+
+
+def check_compile_cache(env: dict[str, str], min_free_gib: float = MIN_FREE_GIB) -> Check:
+    url = env.get(COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE)
+    if "://" in url:
+        return Check("compile cache", "ok", f"{url} (remote; free space not checked)")
+    path = Path(url)
+    probe = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    free = shutil.disk_usage(probe).free / 2**30
+    where = (
+        f"{path} ({'exists' if path.exists() else 'created on first compile'}), {free:.1f} GiB free"
+    )
+    if free < min_free_gib:
+        return Check(
+            "compile cache",
+            "warn",
+            f"{where} < {min_free_gib:.0f} GiB: compiles may fail mid-run; set {COMPILE_CACHE_ENV}",
+        )
+    return Check("compile cache", "ok", where)
+
+
+# flag -> (predicate on its value, why it is suspicious in a timed training run)
+SUSPICIOUS_CC_FLAGS: dict[str, tuple[Callable[[str | None], bool], str]] = {
+    "--optlevel": (lambda v: v == "1", "optlevel 1 compiles fast but runs slower steps"),
+    "-O1": (lambda v: True, "-O1 compiles fast but runs slower steps"),
+    "--target": (lambda v: v not in (None, "trn2"), "compiles for another chip than Trn2"),
+    "--auto-cast-type": (
+        lambda v: v is not None and v.startswith("fp8"),
+        "FP8 auto-cast changes the numerics of every matmul",
+    ),
+    "--logical-nc-config": (
+        lambda v: True,
+        "set LNC with NEURON_LOGICAL_NC_CONFIG (runtime.lnc), not a compiler flag",
+    ),
+}
+
+
+def check_cc_flags(env: dict[str, str]) -> Check:
+    raw = env.get("NEURON_CC_FLAGS", "")
+    if not raw.strip():
+        return Check("NEURON_CC_FLAGS", "ok", "unset (compiler defaults)")
+    try:
+        words = shlex.split(raw)
+    except ValueError as exc:
+        return Check("NEURON_CC_FLAGS", "fail", f"{raw!r} does not parse ({exc})")
+    seen: dict[str, str | None] = {}
+    problems: list[str] = []
+    for i, word in enumerate(words):
+        if not word.startswith("-"):
+            continue
+        flag, _, value = word.partition("=")
+        val: str | None = value or (
+            words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("-") else None
+        )
+        if flag in seen:
+            problems.append(f"{flag} given twice (the last one wins)")
+        seen[flag] = val
+        rule = SUSPICIOUS_CC_FLAGS.get(flag)
+        if rule is not None and rule[0](val):
+            problems.append(f"{word}: {rule[1]}")
+    if problems:
+        return Check("NEURON_CC_FLAGS", "warn", "; ".join(problems))
+    return Check("NEURON_CC_FLAGS", "ok", raw)
+
+
+def environment_report(
+    lnc: int, nproc: int, dev: Path = Path("/dev"), env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Every environment check, as a JSON-ready document. Off Trainium (no /dev/neuron*),
+    missing Neuron packages are skips, not failures: nothing here needs them."""
+    env = dict(os.environ if env is None else env)
+    cores = check_cores(lnc, nproc, dev, env)
+    neuron = [check_torch_neuronx(), check_nki_and_compiler()]
+    if cores.status == "skip":
+        neuron = [
+            Check(c.name, "skip", f"{c.detail} (not a Trainium machine)")
+            if c.status == "fail"
+            else c
+            for c in neuron
+        ]
+    checks = [check_torch(), *neuron, cores, check_compile_cache(env), check_cc_flags(env)]
+    worst = next((s for s in ("fail", "warn") if any(c.status == s for c in checks)), "ok")
+    return {"status": worst, "lnc": lnc, "nproc": nproc, "checks": [c.as_dict() for c in checks]}
