@@ -47,9 +47,9 @@ def test_existing_run_dir_is_refused_and_untouched(sample_home, tmp_path: Path) 
     (run / "metrics.jsonl").write_text("precious\n")
     with pytest.raises(TrnfError) as info:
         training.plan_new_run("cpu_smoke", [], out=run)
-    assert (
-        info.value.exit_code == 2 and "--name" in str(info.value) and "--resume" in str(info.value)
-    )
+    # No checkpoint in it: --resume would find nothing, so it is not what the message offers.
+    assert info.value.exit_code == 2 and "--name" in str(info.value) and "remove it" in str(info.value)
+    assert "--resume" not in str(info.value)
     assert (run / "metrics.jsonl").read_text() == "precious\n"
     training.plan_new_run("cpu_smoke", [], out=tmp_path / "empty_is_fine")
 

@@ -29,6 +29,7 @@ from trnfrontier import processes
 from trnfrontier.child_env import data_env
 from trnfrontier.console import err
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.interrupted import clear_stopped_run, restartable
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime.atomic import atomic_write_json
@@ -38,6 +39,7 @@ from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
+    INTERRUPTED,
     LOG_FILE,
     METRICS_FILE,
     RECIPE_FILE,
@@ -63,6 +65,8 @@ class RunPlan:
     resume: bool
     command: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # A run directory left by a run that stopped before its first checkpoint: cleared first.
+    replaces: bool = False
 
     @property
     def nproc(self) -> int:
@@ -134,13 +138,21 @@ def plan_new_run(
     recipe = load_recipe(recipe_ref, extra)
     run_dir = out if out is not None else RUNS_DIR / (name or recipe.name)
     run_dir = run_dir.expanduser()
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    replaces = restartable(run_dir)
+    if not replaces and run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        then = (
+            f"or continue it with `trnf train --resume {run_dir}`"
+            if latest_checkpoint(run_dir) is not None
+            else "or remove it (it holds no checkpoint to resume)"
+        )
         raise TrnfError(
             f"run directory {run_dir} already exists; nothing was changed. Choose another with --name NAME "
-            f"(or --out DIR), or continue it with `trnf train --resume {run_dir}`",
+            f"(or --out DIR), {then}",
             exit_code=2,
         )
-    return _checked_plan(recipe, run_dir, resume=False)
+    plan = _checked_plan(recipe, run_dir, resume=False)
+    plan.replaces = replaces
+    return plan
 
 
 def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -> RunPlan:
@@ -355,6 +367,8 @@ def run_plan(
 ) -> dict[str, Any]:
     """Write recipe.json (new runs), start the child, follow it, return its summary."""
     run_dir = plan.run_dir
+    if plan.replaces:
+        clear_stopped_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not plan.resume:
         atomic_write_json(run_dir / RECIPE_FILE, plan.recipe.model_dump(mode="json"))
@@ -417,16 +431,25 @@ def run_plan(
                     if finished:
                         break
                     time.sleep(poll_seconds)
-            except BaseException:
+            except BaseException as exc:
                 _terminate(proc)
+                if isinstance(exc, KeyboardInterrupt) and not _fresh_summary(run_dir, previous_summary):
+                    # The worker stops without a summary on Ctrl-C; the run directory says
+                    # what happened, and that it may be restarted when it has no checkpoint.
+                    write_crash_summary(
+                        run_dir,
+                        name=plan.recipe.name,
+                        error="interrupted (Ctrl-C or SIGTERM)",
+                        last_good_checkpoint=latest_checkpoint(run_dir),
+                        status=INTERRUPTED,
+                    )
                 raise
             finally:
                 if display is not None:
                     display.stop()
     returncode = proc.returncode
     summary = read_summary(run_dir)
-    fresh = summary is not None and (run_dir / SUMMARY_FILE).stat().st_mtime_ns != previous_summary
-    if not fresh or summary is None:
+    if not _fresh_summary(run_dir, previous_summary) or summary is None:
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         summary = write_crash_summary(
             run_dir,
@@ -437,6 +460,14 @@ def run_plan(
     summary.setdefault("run_dir", str(run_dir))
     summary["exit_code"] = returncode
     return summary
+
+
+def _fresh_summary(run_dir: Path, previous_mtime_ns: int | None) -> bool:
+    """True when the worker wrote summary.json since the run started."""
+    try:
+        return (run_dir / SUMMARY_FILE).stat().st_mtime_ns != previous_mtime_ns
+    except OSError:
+        return False
 
 
 def failure_message(summary: dict[str, Any], run_dir: Path) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -9,6 +10,16 @@ from rich.text import Text
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
+
+
+def _rerun_command(
+    recipe: str | None, extras: list[str], run_dir: Path, nproc: int | None, lnc: int | None
+) -> str:
+    """The `trnf train` line that starts this run again in the same directory."""
+    argv = ["trnf", "train", *([recipe] if recipe else []), *extras, "--out", str(run_dir)]
+    argv += ["--nproc", str(nproc)] if nproc is not None else []
+    argv += ["--lnc", str(lnc)] if lnc is not None else []
+    return shlex.join(argv)
 
 
 def command(
@@ -79,6 +90,7 @@ def command(
 
     # Imported here, not at the top: the training library imports torch, and `trnf --help`
     # must not pay for it.
+    from trnfrontier.interrupted import resume_note, stop_message
     from trnfrontier.training import (
         failure_message,
         plan_from_arguments,
@@ -90,13 +102,15 @@ def command(
     plan = plan_from_arguments(
         recipe, list(ctx.args), out=out_dir, name=name, nproc=nproc, lnc=lnc, resume=resume
     )
+    if plan.resume:
+        err().print(resume_note(plan.run_dir) or f"resuming {plan.run_dir}")
+    elif plan.replaces:
+        err().print(f"starting again in {plan.run_dir} (the run there stopped before its first checkpoint)")
 
     try:
         summary = run_plan(plan, live=True)
     except KeyboardInterrupt:
-        err().print(
-            f"training stopped; continue it with `trnf train --resume {plan.run_dir}` (from its latest checkpoint)"
-        )
+        err().print(stop_message(plan.run_dir, _rerun_command(recipe, list(ctx.args), plan.run_dir, nproc, lnc)))
         raise
     if json_output:
         print_json(summary)

@@ -134,13 +134,14 @@ def write_crash_summary(
     error: str,
     last_good_checkpoint: str | os.PathLike[str] | None,
     versions: dict[str, str] | None = None,
+    status: RunStatus = CRASHED,
 ) -> dict[str, Any]:
     """Write (atomically) and return the summary of a run that crashed: what went wrong and
     what can be resumed. The trainer writes it for an exception it saw; ``trnf train``
     writes it for a worker that died without writing one."""
     summary: dict[str, Any] = {
         "name": name,
-        "status": CRASHED,
+        "status": status,
         "error": error,
         "val_bpb": None,
         "last_good_checkpoint": str(last_good_checkpoint or "") or None,

@@ -1,0 +1,123 @@
+"""Ctrl-C is always recoverable by the command the message prints; --resume names its step."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import run_cli
+from trnfrontier import training
+from trnfrontier.errors import TrnfError
+from trnfrontier.interrupted import restartable, resume_note, stop_message
+from trnfrontier.recipes.loading import load_recipe
+from trnfrontier.runtime import checkpoint as ck
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A stand-in worker: logs one step, then works until it is stopped (no checkpoint yet).
+_WORKER = """
+import json, sys, time
+from pathlib import Path
+run = Path(sys.argv[1])
+with open(run / "metrics.jsonl", "a") as m:
+    m.write(json.dumps({"step": 1, "loss": 9.0, "lr": 0.1, "charged_seconds": 1}) + "\\n")
+time.sleep(600)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _project_prepare(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRNF_PREPARE", str(REPO / "prepare.py"))
+
+
+def _interrupted_run(tmp_path: Path) -> Path:
+    """What Ctrl-C during startup leaves: a run directory with no checkpoint."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent(_WORKER))
+    plan = training.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
+    plan.command = [sys.executable, str(worker), str(plan.run_dir)]
+
+    def interrupt(record: dict) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        training.run_plan(plan, live=False, on_record=interrupt, poll_seconds=0.02)
+    return plan.run_dir
+
+
+def _add_checkpoint(run: Path, step: int) -> None:
+    folder = run / "checkpoints" / f"step_{step:06d}"
+    folder.mkdir(parents=True)
+    for name in (ck.MODEL_FILE, ck.OPTIM_FILE, ck.STATE_FILE):
+        (folder / name).write_text("{}")
+    (folder / ck.META_FILE).write_text(json.dumps({"step": step, "charged_seconds": 312.4}))
+
+
+def test_ctrl_c_before_the_first_checkpoint_suggests_a_rerun_that_works(sample_home: Path, tmp_path: Path) -> None:
+    run = _interrupted_run(tmp_path)
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    message = stop_message(run, f"trnf train cpu_smoke --out {run}")
+    assert "nothing to resume" in message and f"`trnf train cpu_smoke --out {run}`" in message
+    assert "--resume" not in message
+
+    # The suggested command is accepted into the same folder, and starts clean there.
+    assert restartable(run)
+    plan = training.plan_new_run("cpu_smoke", [], out=run)
+    assert plan.replaces and not plan.resume
+    plan.command = [sys.executable, "-c", "pass"]
+    training.run_plan(plan, live=False, poll_seconds=0.02)
+    assert not (run / "metrics.jsonl").exists()  # the stopped run's step 1 is gone
+    assert json.loads((run / "recipe.json").read_text())["name"] == "cpu_smoke"
+
+
+def test_ctrl_c_after_a_checkpoint_suggests_resume_from_its_step(sample_home: Path, tmp_path: Path) -> None:
+    run = _interrupted_run(tmp_path)
+    _add_checkpoint(run, 40)
+    message = stop_message(run, "unused")
+    assert f"`trnf train --resume {run}`" in message and "step 40" in message
+    assert not restartable(run)  # a run with a checkpoint is resumed, never replaced
+    with pytest.raises(TrnfError, match="--resume"):
+        training.plan_new_run("cpu_smoke", [], out=run)
+    assert resume_note(run) == f"resuming {run} from checkpoints/step_000040 (step 40, 312 s of the budget charged)"
+
+
+def test_a_live_run_without_a_summary_is_never_replaced(sample_home: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.json").write_text(json.dumps(load_recipe("cpu_smoke").model_dump(mode="json")))
+    (run / "metrics.jsonl").write_text("")
+    assert not restartable(run)
+
+
+def test_trnf_train_ctrl_c_prints_the_rerun_line(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(plan: training.RunPlan, **_: object) -> dict:
+        plan.run_dir.mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "run_plan", interrupted)
+    run = tmp_path / "r"
+    code, _, err = run_cli(["train", "cpu_smoke", "optim.matrix_lr=0.03", "--out", str(run)], capsys)
+    assert code == 130
+    assert f"start it again with `trnf train cpu_smoke optim.matrix_lr=0.03 --out {run}`" in err
+
+
+def test_trnf_train_resume_says_which_step_and_checkpoint(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _interrupted_run(tmp_path)
+    _add_checkpoint(run, 40)
+
+    def interrupted(plan: training.RunPlan, **_: object) -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "run_plan", interrupted)
+    code, _, err = run_cli(["train", "--resume", str(run)], capsys)
+    assert code == 130
+    assert f"resuming {run} from checkpoints/step_000040 (step 40, 312 s of the budget charged)" in err
+    assert f"continue it from checkpoints/step_000040 (step 40) with `trnf train --resume {run}`" in err
