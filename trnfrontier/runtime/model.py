@@ -251,6 +251,10 @@ class GPT(nn.Module):
         return logits
 
     def _uncapped_logits(self, idx: Tensor) -> Tensor:
+        return self.lm_head(self._final_hidden(idx)).float()
+
+    def _final_hidden(self, idx: Tensor) -> Tensor:
+        """The normalised last hidden state [B, T, n_embd], the head's input."""
         _, T = idx.shape
         if self.rotary_cos.size(-2) < T or self.rotary_cos.device != idx.device:
             # A longer eval context than precomputed: extend the tables once.
@@ -261,16 +265,15 @@ class GPT(nn.Module):
             key = str(i)
             ve = self.value_embeds[key](idx) if key in self.value_embeds else None
             x = block(x, ve, cos, sin)
-        x = ops.rms_norm(x)
-        return self.lm_head(x).float()
+        return ops.rms_norm(x)
 
     def loss(self, idx: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
         """Cross-entropy (float32, nats) of ``forward(idx)`` against ``targets``;
         targets equal to -1 are ignored. ``reduction="none"`` returns [B, T]."""
-        # The softcap is applied inside the loss op so a fused kernel can skip storing the
-        # capped logits; the plain path computes exactly cross_entropy(forward(idx)).
-        return ops.softcapped_cross_entropy(
-            self._uncapped_logits(idx), targets, self.config.softcap, ignore_index=-1, reduction=reduction
+        # The head, softcap and cross-entropy are one op: the default (fused_loss) never
+        # holds the full [B*T, vocab] logits; it equals cross_entropy(forward(idx)).
+        return ops.linear_softcapped_cross_entropy(
+            self._final_hidden(idx), self.lm_head.weight, targets, self.config.softcap, ignore_index=-1, reduction=reduction
         )
 
     # ------------------------------------------------------------------ accounting

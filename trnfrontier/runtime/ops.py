@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trnfrontier.runtime import fused_loss
+
 # ----------------------------------------------------------------------------------------
 # Plain PyTorch reference implementations.
 
@@ -82,6 +84,20 @@ def _softcapped_cross_entropy(
     return OPS["cross_entropy"](capped, targets, ignore_index=ignore_index, reduction=reduction)
 
 
+def _linear_softcapped_cross_entropy(
+    x: Tensor, weight: Tensor, targets: Tensor, cap: float, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
+    """The training loss from the last hidden state: fused and chunked (fused_loss), unless
+    a kernel owns the loss pieces (the NKI cross-entropy on Neuron): that kernel then gets
+    the head's logits, as before."""
+    if all(OPS[name] is _DEFAULTS[name] for name in ("softcapped_cross_entropy", "softcap", "cross_entropy")):
+        return fused_loss.linear_softcap_cross_entropy(
+            x, weight, targets, cap, ignore_index=ignore_index, reduction=reduction
+        )
+    logits = F.linear(x, weight).float()
+    return OPS["softcapped_cross_entropy"](logits, targets, cap, ignore_index=ignore_index, reduction=reduction)
+
+
 _DEFAULTS: dict[str, Callable[..., Tensor]] = {
     "rms_norm": _rms_norm,
     "relu_squared": _relu_squared,
@@ -91,6 +107,7 @@ _DEFAULTS: dict[str, Callable[..., Tensor]] = {
     "cross_entropy": _cross_entropy,
     "rotary_rms_norm": _rotary_rms_norm,
     "softcapped_cross_entropy": _softcapped_cross_entropy,
+    "linear_softcapped_cross_entropy": _linear_softcapped_cross_entropy,
 }
 
 OPS: dict[str, Callable[..., Tensor]] = dict(_DEFAULTS)
@@ -161,3 +178,13 @@ def softcapped_cross_entropy(
 ) -> Tensor:
     """cross_entropy(softcap(logits, cap)): a fused kernel never stores the capped logits."""
     return OPS["softcapped_cross_entropy"](logits, targets, cap, ignore_index=ignore_index, reduction=reduction)
+
+
+def linear_softcapped_cross_entropy(
+    x: Tensor, weight: Tensor, targets: Tensor, cap: float, ignore_index: int = -1, reduction: str = "mean"
+) -> Tensor:
+    """softcapped_cross_entropy(x @ weight.T): the head and the loss in one op, so the
+    [tokens, vocab] logits need never exist in full (fused_loss)."""
+    return OPS["linear_softcapped_cross_entropy"](
+        x, weight, targets, cap, ignore_index=ignore_index, reduction=reduction
+    )
