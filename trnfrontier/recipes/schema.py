@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trnfrontier.runtime.budget_rule import (
     BUDGET_SECONDS,
@@ -18,10 +18,17 @@ from trnfrontier.runtime.budget_rule import (
 )
 
 COMPETITION_BUDGET_SECONDS = BUDGET_SECONDS
+# Seeds feed torch.manual_seed, numpy and random: a non-negative 64-bit signed integer
+# is what all three take without overflow.
+MAX_SEED = 2**63 - 1
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # strict: YAML already types every scalar, so a string where a number belongs
+    # (`depth: '10'`) or a bool where a float belongs (`matrix_lr: yes`, which YAML 1.1
+    # reads as true) is a mistake to report, not a value to coerce. allow_inf_nan=False:
+    # no knob of a run means anything at infinity (`rope_base: .inf`, `grad_clip: .inf`).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 class ModelSection(Section):
@@ -86,6 +93,12 @@ class OptimSection(Section):
     normuon_beta2: float = Field(0.95, ge=0, lt=1)
     grad_clip: float = Field(0.0, ge=0, description="Global grad-norm clip (0 disables).")
 
+    @field_validator("adam_betas", mode="before")
+    @classmethod
+    def _list_as_pair(cls, value: object) -> object:
+        # YAML and JSON have no tuple: a two-item list is how a pair is written.
+        return tuple(value) if isinstance(value, list) else value
+
     @model_validator(mode="after")
     def _betas(self) -> OptimSection:
         for beta in self.adam_betas:
@@ -149,9 +162,10 @@ class RuntimeSection(Section):
     device: Literal["auto", "cpu", "cuda", "neuron"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 where the device supports it.")
     compile: bool = False
-    seed: int = 1337
+    seed: int = Field(1337, ge=0, le=MAX_SEED)
     nproc: int = Field(1, ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
-    lnc: Literal[1, 2] = Field(2, description="NEURON_LOGICAL_NC_CONFIG on Neuron.")
+    # An int in [1, 2], not Literal[1, 2]: a Literal accepts true as 1.
+    lnc: int = Field(2, ge=1, le=2, description="NEURON_LOGICAL_NC_CONFIG on Neuron (1 or 2).")
     threads: int | None = Field(None, ge=1, description="CPU threads per process (default: torch's).")
 
 
