@@ -92,3 +92,76 @@ def score_vs_speed(points: Sequence[dict[str, Any]], path: Path) -> Path:
     axis.legend(fontsize="small", title="recipe")
     axis.set_title("score against throughput")
     return _save(figure, path)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+
+
+def run_loss_figure(
+    records: Sequence[dict[str, Any]],
+    *,
+    title: str,
+    budget_seconds: float | None = None,
+    final_val_bpb: float | None = None,
+) -> Any:
+    """One run's curve: training loss (nats/token, left axis) and validation bits per byte
+    (right axis) against charged seconds, with the budget as a vertical line. Against the
+    step when the records carry no charged seconds (a kit run's printed lines).
+
+    ``records`` as in metrics.jsonl (``step``, ``loss``, ``charged_seconds``, ``val_bpb``);
+    ``final_val_bpb``: the trusted score of the final checkpoint, drawn at the last point.
+    Returns the matplotlib figure (``png_bytes`` encodes it; tests read its axes)."""
+    plt = _pyplot()
+    by_seconds = bool(records) and all(_finite(r.get("charged_seconds")) for r in records)
+    x_key, x_label = ("charged_seconds", "charged training time (s)") if by_seconds else ("step", "optimizer step")
+    train = [(r[x_key], r["loss"]) for r in records if _finite(r.get(x_key)) and _finite(r.get("loss"))]
+    val = [(r[x_key], r["val_bpb"]) for r in records if _finite(r.get(x_key)) and _finite(r.get("val_bpb"))]
+    if not train and not val:
+        raise TrnfError("the run logged no finite loss (metrics.jsonl); nothing to draw")
+
+    figure, loss_axis = plt.subplots(figsize=(8, 4.5))
+    if train:
+        xs, ys = zip(*train, strict=True)
+        loss_axis.plot(xs, ys, color="tab:blue", linewidth=1.2, marker="." if len(train) < 60 else None,
+                       label="training loss")  # fmt: skip
+    loss_axis.set_xlabel(x_label)
+    loss_axis.set_ylabel("training loss (nats/token)", color="tab:blue")
+    loss_axis.grid(True, alpha=0.3)
+    handles, labels = loss_axis.get_legend_handles_labels()
+
+    if val or _finite(final_val_bpb):
+        bpb_axis = loss_axis.twinx()
+        if val:
+            vx, vy = zip(*val, strict=True)
+            bpb_axis.plot(vx, vy, color="tab:orange", linestyle="none", marker="o", markersize=5,
+                          label="validation (bits/byte)")  # fmt: skip
+        if _finite(final_val_bpb):
+            last_x = max(x for x, _ in train or val)
+            bpb_axis.plot([last_x], [final_val_bpb], color="tab:red", linestyle="none", marker="*", markersize=12,
+                          label=f"final val_bpb {final_val_bpb:.4f}")  # fmt: skip
+        bpb_axis.set_ylabel("validation bits per byte (val_bpb)", color="tab:orange")
+        more_handles, more_labels = bpb_axis.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+
+    if by_seconds and _finite(budget_seconds):
+        budget_line = loss_axis.axvline(budget_seconds, color="tab:gray", linestyle="--", linewidth=1)
+        handles.append(budget_line)
+        labels.append(f"budget ({budget_seconds:g} s)")
+    loss_axis.legend(handles, labels, fontsize="small", loc="upper right")
+    loss_axis.set_title(title)
+    figure.tight_layout()
+    return figure
+
+
+def png_bytes(figure: Any) -> bytes:
+    """The figure as PNG bytes, without the matplotlib version stamp (the same run gives
+    the same bytes on one machine, so a packaged archive is reproducible there)."""
+    import io
+
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=120, metadata={"Software": None})
+    finally:
+        _pyplot().close(figure)
+    return buffer.getvalue()

@@ -62,7 +62,7 @@ def test_archive_contents_and_manifest(tiny_run: Path, tmp_path: Path) -> None:
         and f"{summary['val_bpb']:.6f}" in writeup
         and "| steps | 4 |" in writeup
     )
-    assert "at step 1 to" in writeup and "at step 4;" in writeup
+    assert "nats/token at step 1 to" in writeup and "at step 4 (lowest" in writeup
     train_py = members[fmt.TRAIN_PY].decode()
     assert (
         "def load_for_eval(checkpoint_path" in train_py
@@ -245,3 +245,14 @@ def test_kernel_recipe_dry_runs_on_cpu_with_the_reference_fallback(
     archive = package_run(_with_kernels(run_copy), tmp_path / "s.tar").archive
     report = verify_archive(archive, Options(dry_run=True, dry_run_steps=2))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
+
+
+def test_the_run_directorys_edited_writeup_is_packaged(run_copy: Path, tmp_path: Path) -> None:
+    from trnfrontier.packaging.run_report import write_run_report
+
+    write_run_report(run_copy)  # what `trnf train` leaves when the run finishes
+    text = (run_copy / "WRITEUP.md").read_text()
+    (run_copy / "WRITEUP.md").write_text(text.replace("_Describe the approach here (edit this file before submitting)._", "Smaller model, higher LR."))
+    writeup = _members(package_run(run_copy, tmp_path / "s.tar").archive)[fmt.WRITEUP].decode()
+    assert "Smaller model, higher LR." in writeup and writeup.count("## Run facts") == 1
+    assert FACTS_MARKER not in writeup

@@ -1,49 +1,13 @@
-"""The loss-curve PNG, the write-up's recipe table, and the generated train.py's environment handling."""
+"""The write-up's recipe table and the generated train.py's environment handling (the loss curve: tests/test_plots.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import struct
-import zlib
 from pathlib import Path
 
 from trnfrontier.packaging.trainpy import render_train_py
-from trnfrontier.packaging.writeup import loss_curve_png, recipe_differences, render_writeup
+from trnfrontier.packaging.writeup import recipe_differences, render_writeup
 from trnfrontier.recipes.loading import load_recipe
-
-
-def _decode(png: bytes) -> tuple[int, int, list[bytes]]:
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(png):
-        (length,) = struct.unpack(">I", png[pos : pos + 4])
-        kind, data = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
-        assert (
-            struct.unpack(">I", png[pos + 8 + length : pos + 12 + length])[0]
-            == zlib.crc32(kind + data) & 0xFFFFFFFF
-        )
-        chunks[kind] = data
-        pos += 12 + length
-    width, height = struct.unpack(">II", chunks[b"IHDR"][:8])
-    raw = zlib.decompress(chunks[b"IDAT"])
-    rows = [raw[i * (3 * width + 1) + 1 : (i + 1) * (3 * width + 1)] for i in range(height)]
-    return width, height, rows
-
-
-def test_loss_curve_png_is_valid_deterministic_and_draws_the_curve() -> None:
-    points = [(float(s), 9.0 - 0.5 * s) for s in range(1, 11)]
-    png = loss_curve_png(points, width=200, height=100)
-    assert png == loss_curve_png(points, width=200, height=100)
-    width, height, rows = _decode(png)
-    assert (width, height) == (200, 100) and all(len(r) == 600 for r in rows)
-    blue = [
-        (x, y)
-        for y, row in enumerate(rows)
-        for x in range(width)
-        if row[3 * x : 3 * x + 3] == bytes((31, 119, 180))
-    ]
-    assert blue and min(blue)[1] < max(blue)[1]  # falling loss: starts high (small y) on the left
-    assert _decode(loss_curve_png([]))[0] == 640
 
 
 def test_writeup_lists_recipe_differences_and_forced_reasons() -> None:

@@ -28,6 +28,7 @@ from trnfrontier.packaging.writeup import (
     curve_caption,
     loss_curve_png,
     read_loss_points,
+    read_metrics,
     recipe_differences,
     render_writeup,
 )
@@ -235,11 +236,15 @@ def add_writeup(
     metrics: Path | None,
     forced: list[str],
     team_text: str | None,
+    *,
+    keep_marker: bool = False,
 ) -> None:
     """WRITEUP.md and, when there is a logged loss, loss_curve.png."""
+    records = read_metrics(metrics) if metrics else []
     points = read_loss_points(metrics) if metrics else []
-    if points:
-        members[fmt.LOSS_CURVE] = loss_curve_png(points)
+    png = loss_curve_png(records, facts) if points else None
+    if png is not None:
+        members[fmt.LOSS_CURVE] = png
     baseline = baseline_recipe() if recipe is not None else None
     differences = (
         recipe_differences(recipe, baseline)
@@ -253,6 +258,7 @@ def add_writeup(
         team_text=team_text,
         loss_curve=fmt.LOSS_CURVE if points else None,
         caption=curve_caption(points) if points else "",
+        keep_marker=keep_marker,
     ).encode("utf-8")
 
 
@@ -312,6 +318,10 @@ def package_run(
     """Package a `trnf train` run directory as a submission archive at ``out``."""
     run: RunDir = read_run(run_dir)
     team_text = read_team_text(writeup)
+    if team_text is None:  # the write-up trnf train left in the run directory, as the team edited it
+        from trnfrontier.packaging.run_report import existing_team_text
+
+        team_text = existing_team_text(run.path)
     recipe, summary = run.recipe, run.summary
     params, non_finite = checkpoint_params(run.final_dir / MODEL_FILE)
     reasons = refusal_reasons(

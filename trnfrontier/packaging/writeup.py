@@ -1,35 +1,43 @@
 """WRITEUP.md (generated, then the team's to edit) and the loss-curve PNG beside it.
 
-The PNG is drawn and encoded with the standard library (zlib, struct): a submission's
-tooling must not need matplotlib, and the bytes must be the same on every machine so
-that the archive is reproducible.
+The PNG is drawn with matplotlib (``trnfrontier.plots``, Agg backend, no version stamp):
+the tool draws it, never the submission, which needs nothing of it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 # Where generated facts go inside a team's --writeup file; without it they go after the text.
 FACTS_MARKER = "<!-- trnf:facts -->"
-_WHITE, _AXIS, _GRID, _LINE = (255, 255, 255), (90, 90, 90), (225, 225, 225), (31, 119, 180)
 
 
 # ---------------------------------------------------------------------------- loss curve
 
 
+def read_metrics(metrics: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl (missing file: none; a torn or foreign line is skipped)."""
+    records: list[dict[str, Any]] = []
+    if not metrics.is_file():
+        return records
+    for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 def read_loss_points(metrics: Path) -> list[tuple[float, float]]:
     """(step, loss) of every finite logged loss in a metrics.jsonl (missing file: none)."""
     points = []
-    if not metrics.is_file():
-        return points
-    for line in metrics.read_text(encoding="utf-8").splitlines():
+    for record in read_metrics(metrics):
         try:
-            record = json.loads(line)
             step, loss = float(record["step"]), float(record["loss"])
         except (ValueError, KeyError, TypeError):
             continue
@@ -38,71 +46,29 @@ def read_loss_points(metrics: Path) -> list[tuple[float, float]]:
     return points
 
 
-def _png(width: int, height: int, pixels: list[bytearray]) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + kind
-            + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-        )
+def loss_curve_png(records: list[dict[str, Any]], summary: dict[str, Any]) -> bytes | None:
+    """The run's loss curve (matplotlib: axes, units, train and validation points, the
+    budget) as PNG bytes; None when the run logged no loss."""
+    from trnfrontier import plots
 
-    raw = b"".join(b"\x00" + bytes(row) for row in pixels)  # filter type 0 on every row
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 9))
-        + chunk(b"IEND", b"")
+    if not read_loss_records(records):
+        return None
+    val = summary.get("val_bpb")
+    figure = plots.run_loss_figure(
+        records,
+        title=f"{summary.get('name') or 'run'}: training loss and validation bits per byte",
+        budget_seconds=summary.get("budget_seconds"),
+        final_val_bpb=val if isinstance(val, (int, float)) else None,
     )
+    return plots.png_bytes(figure)
 
 
-def loss_curve_png(points: list[tuple[float, float]], width: int = 640, height: int = 360) -> bytes:
-    """A line plot of loss against step (axes and a light grid; no text), as PNG bytes."""
-    pixels = [bytearray(_WHITE * width) for _ in range(height)]
-
-    def put(x: int, y: int, color: tuple[int, int, int]) -> None:
-        if 0 <= x < width and 0 <= y < height:
-            pixels[y][3 * x : 3 * x + 3] = bytes(color)
-
-    def line(x0: int, y0: int, x1: int, y1: int, color: tuple[int, int, int]) -> None:
-        dx, dy = abs(x1 - x0), -abs(y1 - y0)
-        sx, sy = (1 if x0 < x1 else -1), (1 if y0 < y1 else -1)
-        error = dx + dy
-        while True:
-            put(x0, y0, color)
-            if x0 == x1 and y0 == y1:
-                return
-            doubled = 2 * error
-            if doubled >= dy:
-                error, x0 = error + dy, x0 + sx
-            if doubled <= dx:
-                error, y0 = error + dx, y0 + sy
-
-    left, right, top, bottom = 40, width - 15, 15, height - 30
-    for i in range(1, 5):
-        y = top + (bottom - top) * i // 5
-        line(left, y, right, y, _GRID)
-    line(left, top, left, bottom, _AXIS)
-    line(left, bottom, right, bottom, _AXIS)
-    if points:
-        xs, ys = [p[0] for p in points], [p[1] for p in points]
-        x_lo, x_hi = min(xs), max(xs)
-        y_lo, y_hi = min(ys), max(ys)
-        x_span, y_span = (x_hi - x_lo) or 1.0, (y_hi - y_lo) or 1.0
-
-        def to_px(step: float, loss: float) -> tuple[int, int]:
-            return (
-                left + round((step - x_lo) / x_span * (right - left)),
-                bottom - round((loss - y_lo) / y_span * (bottom - top)),
-            )
-
-        previous = to_px(*points[0])
-        for point in points[1:] or points:
-            current = to_px(*point)
-            line(*previous, *current, _LINE)
-            previous = current
-    return _png(width, height, pixels)
+def read_loss_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records that carry a finite loss."""
+    return [
+        r for r in records
+        if isinstance(r.get("loss"), (int, float)) and math.isfinite(r["loss"]) and isinstance(r.get("step"), (int, float))
+    ]
 
 
 # ---------------------------------------------------------------------------- WRITEUP.md
@@ -143,12 +109,19 @@ def _cell(value: Any) -> str:
 
 
 def curve_caption(points: list[tuple[float, float]]) -> str:
-    """What the unlabelled plot shows, in numbers."""
+    """The curve's ends in numbers, for a reader without the image."""
     losses = [loss for _, loss in points]
     return (
-        f"Loss {points[0][1]:.4f} at step {points[0][0]:g} to {points[-1][1]:.4f} at step {points[-1][0]:g}; "
-        f"the y axis spans {min(losses):.4f} (bottom) to {max(losses):.4f} (top), the x axis the logged steps."
+        f"Training loss {points[0][1]:.4f} nats/token at step {points[0][0]:g} to {points[-1][1]:.4f} "
+        f"at step {points[-1][0]:g} (lowest {min(losses):.4f})."
     )
+
+
+def team_part(text: str) -> str:
+    """A WRITEUP.md written by trnf and edited by the team: its text up to and including
+    the facts marker (the generated facts below it are regenerated), else all of it."""
+    head, marker, _ = text.partition(FACTS_MARKER)
+    return head + marker if marker else text
 
 
 def render_writeup(
@@ -159,6 +132,7 @@ def render_writeup(
     team_text: str | None = None,
     loss_curve: str | None = None,
     caption: str = "",
+    keep_marker: bool = False,
 ) -> str:
     """WRITEUP.md: the team's text (or a placeholder) and the generated facts of the run.
 
@@ -198,7 +172,7 @@ def render_writeup(
             lines.append("Identical to the baseline recipe.")
         lines.append("")
     if loss_curve:
-        lines += ["### Loss curve", "", f"![training loss by step]({loss_curve})", ""] + (
+        lines += ["### Loss curve", "", f"![training loss and validation bits per byte]({loss_curve})", ""] + (
             [caption, ""] if caption else []
         )
     if forced:
@@ -207,7 +181,14 @@ def render_writeup(
         lines.append("")
     facts_text = "\n".join(lines)
     if team_text is None:
-        return f"# {f.get('name')}\n\n## Approach\n\n_Describe the approach here (edit this file before submitting)._\n\n{facts_text}"
+        # The marker stays: `trnf package` keeps the text above it (the team's) and
+        # regenerates the facts below it.
+        return (
+            f"# {f.get('name')}\n\n## Approach\n\n_Describe the approach here (edit this file before submitting)._\n\n"
+            f"{FACTS_MARKER}\n{facts_text}"
+        )
     if FACTS_MARKER in team_text:
-        return team_text.replace(FACTS_MARKER, facts_text.rstrip("\n"), 1).rstrip("\n") + "\n"
+        # keep_marker: a file that will be written up again (the run directory's) keeps it.
+        generated = (FACTS_MARKER + "\n" if keep_marker else "") + facts_text.rstrip("\n")
+        return team_text.replace(FACTS_MARKER, generated, 1).rstrip("\n") + "\n"
     return team_text.rstrip("\n") + "\n\n" + facts_text

@@ -1,0 +1,61 @@
+"""WRITEUP.md and loss_curve.png written into a run directory when the run finishes.
+
+The same two files `trnf package` puts in the archive, so a team reads (and edits) the
+write-up and sees the curve without packaging first. The team's text above the facts
+marker survives a rewrite, and `trnf package` takes it from here when no --writeup is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trnfrontier import submission as fmt
+from trnfrontier.errors import TrnfError
+from trnfrontier.packaging.build import add_writeup, launch_for, summary_facts
+from trnfrontier.packaging.trainpy import uses_kernels
+from trnfrontier.packaging.writeup import team_part
+from trnfrontier.runtime.atomic import atomic_write_bytes
+from trnfrontier.runtime.rundir import METRICS_FILE, RECIPE_FILE, read_summary
+
+WRITEUP_FILE = fmt.WRITEUP
+LOSS_CURVE_FILE = fmt.LOSS_CURVE
+
+
+def existing_team_text(run_dir: Path) -> str | None:
+    """The team's part of the run directory's WRITEUP.md (None when there is none)."""
+    try:
+        return team_part((run_dir / WRITEUP_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_run_report(run_dir: Path) -> list[Path]:
+    """Write WRITEUP.md (and loss_curve.png when a loss was logged) into ``run_dir``; the
+    paths written. Raises TrnfError when the run has no summary or recipe to describe."""
+    import json
+
+    summary = read_summary(run_dir)
+    if summary is None:
+        raise TrnfError(f"{run_dir}: no summary.json; nothing to write up")
+    try:
+        recipe = json.loads((run_dir / RECIPE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TrnfError(f"{run_dir / RECIPE_FILE}: unreadable ({exc}); nothing to write up") from None
+    facts = summary_facts(
+        summary,
+        name=str(summary.get("name") or run_dir.name),
+        source=f"run directory {run_dir.name}",
+        launch=launch_for(recipe["runtime"]),
+        kernels=uses_kernels(recipe),
+    )
+    members: dict[str, Path | bytes] = {}
+    add_writeup(
+        members, facts, recipe, run_dir / METRICS_FILE, [], existing_team_text(run_dir), keep_marker=True
+    )
+    written = []
+    for name in (LOSS_CURVE_FILE, WRITEUP_FILE):
+        data = members.get(name)
+        if isinstance(data, bytes):
+            atomic_write_bytes(run_dir / name, data)
+            written.append(run_dir / name)
+    return written
