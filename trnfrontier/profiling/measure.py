@@ -1,14 +1,13 @@
 """Build a recipe's model and optimizers on a device and time its training steps.
 
-The step here is the trainer's step taken apart: per micro-batch fetch, forward (under
-the device's autocast), backward; then the optimizers and the schedule. It uses the
-runtime's own model, optimizers, schedule and device helpers, so what is profiled is
-what trains.
+The step timed here is the trainer's own (``trnfrontier.runtime.step.TrainStep``), driven
+through its ``phase`` hook: per micro-batch fetch, forward (under the device's autocast),
+backward; then the loss read, clipping and the optimizers. It uses the runtime's own
+model, optimizers, schedule and device helpers, so what is profiled is what trains.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import statistics
@@ -24,10 +23,11 @@ import torch
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.profiling import flops, phases
 from trnfrontier.recipes import Recipe
-from trnfrontier.runtime import devices
+from trnfrontier.runtime import devices, distributed
 from trnfrontier.runtime.model import GPT, GPTConfig
-from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
+from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
+from trnfrontier.runtime.step import TrainStep, no_phase, step_module
 
 # Bytes per parameter a step holds besides activations: fp32 weight and gradient, AdamW's
 # two moments (Muon keeps one; the larger is assumed).
@@ -49,7 +49,7 @@ class Setup:
     accum: int
     batch_size: int
     seq_len: int
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    stepper: TrainStep
     step: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -203,13 +203,14 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
             raise does_not_fit(recipe, spec.name, str(exc).splitlines()[0][:160]) from None
         raise
     batches, source = _batches(recipe, spec.device, notes)
-    loss_fn = model.loss
+    # As the trainer builds it (one process: no DDP); compilation falls in the untimed warm-up.
+    module, ddp = step_module(model, spec.device, distributed.DistInfo(False, 0, 0, 1), recipe.runtime.compile)
     if recipe.runtime.compile:
-        # As the trainer does; compilation happens in the warm-up steps, which are not timed.
-        loss_fn = torch.compile(model.loss, backend="neuron" if spec.type == "neuron" else "inductor")
         notes.append("runtime.compile: the loss is torch.compile'd; compilation falls in the warm-up steps")
+    accum = recipe.grad_accum_steps()
+    stepper = TrainStep(model, optimizers, module, ddp, spec.device, spec.dtype, accum, recipe.optim.grad_clip)
     return Setup(
-        recipe, spec, model, optimizers, batches, source, recipe.grad_accum_steps(), recipe.data.batch_size, recipe.model.sequence_len, loss_fn, notes=notes
+        recipe, spec, model, optimizers, batches, source, accum, recipe.data.batch_size, recipe.model.sequence_len, stepper, notes=notes
     )
 
 
@@ -223,32 +224,12 @@ def _schedule(setup: Setup) -> None:
 
 
 def train_step(setup: Setup, timer: phases.PhaseTimer | None = None) -> None:
-    """One optimizer step (``accum`` micro-batches) as the trainer takes it, phase-timed
+    """One optimizer step (``accum`` micro-batches), the trainer's TrainStep, phase-timed
     when ``timer`` is given."""
-    phase = timer.phase if timer is not None else (lambda name: contextlib.nullcontext())
-    spec = setup.spec
-    loss_sum = torch.zeros((), device=spec.device)
-    for _ in range(setup.accum):
-        with phase("data"):
-            inputs, targets = next(setup.batches)
-        with phase("forward"):
-            with devices.autocast(spec.device, spec.dtype):
-                loss = setup.loss_fn(inputs, targets)
-        with phase("backward"):
-            (loss / setup.accum).backward()
-            loss_sum += loss.detach().float()
-    # No collective in a single process: the phase exists so a DDP profile has a place for it.
-    with phase("communication"):
-        pass
+    phase = timer.phase if timer is not None else no_phase
     with phase("optimizer"):
-        # The trainer reads the loss every step (its divergence check): a host sync it pays.
-        float(loss_sum.item())
-        clip_grad_norm(setup.model.parameters(), setup.recipe.optim.grad_clip)
         _schedule(setup)
-        for opt in setup.optimizers:
-            opt.step()
-    for opt in setup.optimizers:
-        opt.zero_grad(set_to_none=True)
+    setup.stepper.take(lambda micro: (*next(setup.batches), None), phase=phase)
     setup.step += 1
 
 

@@ -14,7 +14,6 @@ leads to a collective (stop, diverged, evaluate, checkpoint) is OR-ed over ranks
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import os
@@ -23,6 +22,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,7 +37,7 @@ from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
-from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
+from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
 from trnfrontier.runtime.rundir import (
     COMPLETED,
@@ -46,9 +46,11 @@ from trnfrontier.runtime.rundir import (
     STEP_LOG_ENV,
     STEP_LOG_FILE,
     SUMMARY_FILE,
+    RunStatus,
     write_crash_summary,
 )
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps
+from trnfrontier.runtime.step import StepResult, TrainStep, step_module
 
 KEEP_CHECKPOINTS = 2
 
@@ -71,18 +73,6 @@ def versions() -> dict[str, str | None]:
     except Exception:  # noqa: BLE001 - a vendored runtime has no distribution metadata
         trnf = getattr(sys.modules.get("trnfrontier"), "__version__", None)
     return {"python": platform.python_version(), "torch": torch.__version__, "trnf": trnf}
-
-
-class _TrainLoss(nn.Module):
-    """``forward(x, y) -> loss`` around the model, so that DDP (and torch.compile) see the
-    training loss as the module's forward: DDP's gradient hooks are armed in forward()."""
-
-    def __init__(self, model: GPT) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.model.loss(x, y)
 
 
 def _grad_accum_steps(recipe: dict[str, Any], world: int) -> int:
@@ -109,7 +99,31 @@ def choose_kernels(kernels_cfg: dict[str, str] | None, device: torch.device) -> 
     return use_kernels(cfg, device)
 
 
+@dataclass
+class _Loop:
+    """What the loop's pieces (train_step, periodic, finish) share during one run."""
+
+    clock: BudgetClock
+    loaders: list[Any]
+    started: float
+    last_ckpt: float
+    last_eval: float
+    lrm: float = 1.0  # the LR multiplier of the latest step
+    step_end: float = 0.0  # when the latest step's boundary was recorded
+    steady_from: tuple[int, float] | None = None  # (tokens, time) when startup ended
+    status: RunStatus = COMPLETED
+    stop_reason: str = ""
+    diverged_step: int | None = None
+    last_good: Path | None = None
+    last_loss: float = float("nan")
+
+
 class Trainer:
+    """One run, in four parts: setup (``__init__``: seed, tokenizer, kernels, model,
+    optimizers, resume), ``train_step`` (one optimizer step, ``step.TrainStep``),
+    ``periodic`` (logging, evaluation, checkpoints, the stop decision) and ``finish``
+    (final checkpoint, trusted evaluation, summary.json). ``run`` strings them together."""
+
     def __init__(
         self,
         recipe: dict[str, Any],
@@ -162,13 +176,17 @@ class Trainer:
         if resume:
             self._restore()
 
-        step_module: nn.Module = distributed.wrap(_TrainLoss(self.model), self.device, info)
-        self.ddp = step_module if info.is_distributed else None
-        if r["runtime"]["compile"]:
-            step_module = torch.compile(
-                step_module, backend="neuron" if self.device.type == "neuron" else "inductor"
-            )
-        self.step_module = step_module
+        module, ddp = step_module(self.model, self.device, info, bool(r["runtime"]["compile"]))
+        self.stepper = TrainStep(
+            self.model,
+            self.optimizers,
+            module,
+            ddp,
+            self.device,
+            self.spec.dtype,
+            self.accum,
+            float(r["optim"]["grad_clip"]),
+        )
         self.metrics = MetricsWriter(out_dir / METRICS_FILE, enabled=self.main)
 
     # -------------------------------------------------------------- resume
@@ -323,25 +341,6 @@ class Trainer:
         apply_schedule(self.optimizers, lrm, mom)
         return lrm
 
-    def _accumulate_gradients(self, loaders: list[Any]) -> tuple[float, list[Any]]:
-        """One step's forward and backward passes over ``accum`` micro-batches (under DDP
-        the gradients are all-reduced on the last one only). Returns this rank's mean loss
-        (reading it waits for the device) and every data stream's state after the step."""
-        loss_sum = torch.zeros((), device=self.device)
-        # Every stream is read at least once a step (accum >= len(loaders)), so each
-        # slot holds that stream's state after its last micro-batch of this step.
-        data_state: list[Any] = [None] * len(loaders)
-        for micro in range(self.accum):
-            stream = micro % len(loaders)
-            x, y, data_state[stream] = next(loaders[stream])
-            sync = self.ddp is None or micro == self.accum - 1
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():  # type: ignore[union-attr]
-                with devices.autocast(self.device, self.spec.dtype):
-                    loss = self.step_module(x, y)
-                (loss / self.accum).backward()
-            loss_sum += loss.detach().float()
-        return float(loss_sum.item()) / self.accum, data_state
-
     def _mfu(self, tokens_per_second: float | None) -> float | None:
         """Model FLOPs utilisation of all ranks together (None when the peak is unknown)."""
         if not (self.spec.peak_flops and tokens_per_second):
@@ -349,15 +348,21 @@ class Trainer:
         peak = self.spec.peak_flops * self.info.world_size
         return tokens_per_second * self.flops_per_token / peak
 
-    def _zero_grads(self) -> None:
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=True)
-
     # -------------------------------------------------------------- the loop
 
     def run(self) -> dict[str, Any]:
-        r = self.recipe
-        b, o, e, run_cfg = r["budget"], r["optim"], r["eval"], r["run"]
+        """Set up, step until a limit, the budget or divergence stops the run, finish."""
+        loop = self.begin()
+        self.model.train()
+        while True:
+            result = self.train_step(loop)
+            if result is None or self.periodic(loop, result):
+                break
+        return self.finish(loop)
+
+    def begin(self) -> _Loop:
+        """The loop's state: the budget clock (from the process start), the data streams."""
+        b = self.recipe["budget"]
         clock = BudgetClock(
             b["seconds"],
             b["startup_steps_excluded"],
@@ -372,109 +377,123 @@ class Trainer:
             prior_excluded_seconds=self.prior_excluded,
         )
         loaders = self._make_loaders()
-        max_loss = float(run_cfg["max_loss"])
-        log_every = int(run_cfg["log_every_steps"])
-        ckpt_every, eval_every = run_cfg.get("checkpoint_every_seconds"), e.get("every_seconds")
-        last_ckpt = last_eval = self.time_fn()
-        steady_from: tuple[int, float] | None = None  # (tokens, time) when startup ended
-        status, stop_reason, diverged_step, last_good = COMPLETED, "", None, None
-        last_loss = float("nan")
-        started = self.time_fn()
+        self.stepper.streams = len(loaders)
+        last = self.time_fn()
+        return _Loop(clock, loaders, started=self.time_fn(), last_ckpt=last, last_eval=last)
 
-        self.model.train()
-        while True:
-            # A resumed run may already be at its step limit: then it takes no further step.
-            limit = self._step_limit_reached()
-            if limit:
-                stop_reason = limit
-                break
-            clock.step_started()
-            lrm = self._apply_schedule(clock)
-            local_loss, step_data_state = self._accumulate_gradients(loaders)
-            bad_local = not math.isfinite(local_loss) or local_loss > max_loss
-            (bad,) = distributed.any_true([bad_local], self.device)
-            if bad:
-                # The update from this loss is never applied: the weights are still those
-                # that every earlier (finite) step produced.
-                self._zero_grads()
-                status, stop_reason, diverged_step = DIVERGED, "diverged", self.step + 1
-                last_loss = local_loss
-                if self._weights_finite():
-                    last_good = self._save_checkpoint(clock)
-                else:
-                    last_good = ckpt.latest_checkpoint(self.out_dir)
-                if self.main:
-                    print(
-                        f"diverged at step {diverged_step}: loss {local_loss} (run.max_loss={max_loss}); "
-                        f"last good checkpoint: {last_good}",
-                        flush=True,
-                    )
-                break
-            clip_grad_norm(self.model.parameters(), float(o["grad_clip"]))
-            for opt in self.optimizers:
-                opt.step()
-            self._zero_grads()
-            devices.synchronize(self.device)
-            self.step += 1
-            self.tokens += self.tokens_per_step
-            self.data_state = step_data_state
-            clock.boundary(self.step)
-            now = self.time_fn()
-            step_seconds = clock.last_step_seconds
-            if steady_from is None and not clock.in_startup:
-                steady_from = (self.tokens, now)
+    def train_step(self, loop: _Loop) -> StepResult | None:
+        """One optimizer step and its bookkeeping; None when the run stops instead (a step
+        limit already reached, or a diverged loss whose update was not applied)."""
+        # A resumed run may already be at its step limit: then it takes no further step.
+        limit = self._step_limit_reached()
+        if limit:
+            loop.stop_reason = limit
+            return None
+        clock, loaders = loop.clock, loop.loaders
+        max_loss = float(self.recipe["run"]["max_loss"])
+        clock.step_started()
+        loop.lrm = self._apply_schedule(clock)
 
-            reason = self._stop_reason(clock)
-            eval_local = bool(eval_every) and now - last_eval >= float(eval_every)
-            ckpt_local = bool(ckpt_every) and now - last_ckpt >= float(ckpt_every)
-            stop, eval_due, ckpt_due = distributed.any_true(
-                [bool(reason), eval_local, ckpt_local], self.device
+        def accept(loss: float) -> bool:
+            (bad,) = distributed.any_true([not math.isfinite(loss) or loss > max_loss], self.device)
+            return not bad
+
+        result = self.stepper.take(lambda micro: next(loaders[micro % len(loaders)]), accept=accept)
+        if not result.applied:
+            self._diverged(loop, result.loss, max_loss)
+            return None
+        devices.synchronize(self.device)
+        self.step += 1
+        self.tokens += self.tokens_per_step
+        self.data_state = result.data_state
+        clock.boundary(self.step)
+        loop.step_end = self.time_fn()
+        if loop.steady_from is None and not clock.in_startup:
+            loop.steady_from = (self.tokens, loop.step_end)
+        return result
+
+    def _diverged(self, loop: _Loop, loss: float, max_loss: float) -> None:
+        # The update from this loss was never applied: the weights are still those that
+        # every earlier (finite) step produced.
+        loop.status, loop.stop_reason, loop.diverged_step = DIVERGED, "diverged", self.step + 1
+        loop.last_loss = loss
+        if self._weights_finite():
+            loop.last_good = self._save_checkpoint(loop.clock)
+        else:
+            loop.last_good = ckpt.latest_checkpoint(self.out_dir)
+        if self.main:
+            print(
+                f"diverged at step {loop.diverged_step}: loss {loss} (run.max_loss={max_loss}); "
+                f"last good checkpoint: {loop.last_good}",
+                flush=True,
             )
 
-            record: dict[str, Any] = {}
-            if self.step % log_every == 0 or stop or eval_due:
-                last_loss = distributed.mean(local_loss, self.device)
-                tps = self.tokens_per_step / step_seconds if step_seconds > 0 else None
-                record = {
-                    "step": self.step,
-                    "loss": last_loss,
-                    "lr": lrm * float(o["matrix_lr"]),
-                    "lrm": lrm,
-                    "tokens": self.tokens,
-                    "tokens_per_second": tps,
-                    "charged_seconds": clock.charged_seconds(),
-                    "elapsed_seconds": now - clock.start_time,
-                    "startup": clock.in_startup,
-                }
-                mfu = self._mfu(tps)
-                if mfu is not None:
-                    record["mfu"] = mfu
-            if eval_due and not stop:
-                result = self._evaluate()
-                record["val_bpb"] = result["val_bpb"]
-                last_eval = self.time_fn()
-            if record:
-                self.metrics.write(record)
-                if self.main:
-                    print(_format_record(record, b["seconds"]), flush=True)
-            if ckpt_due and not stop:
-                self._save_checkpoint(clock)
-                last_ckpt = self.time_fn()
-            if stop:
-                stop_reason = reason or "budget"  # "": another rank's clock ran out
-                break
+    def periodic(self, loop: _Loop, result: StepResult) -> bool:
+        """After a step: log, evaluate and checkpoint when due; True when the run stops.
+        Each decision is OR-ed over ranks, since evaluation and checkpoints are collective."""
+        e, run_cfg, clock = self.recipe["eval"], self.recipe["run"], loop.clock
+        now = loop.step_end
+        ckpt_every, eval_every = run_cfg.get("checkpoint_every_seconds"), e.get("every_seconds")
+        reason = self._stop_reason(clock)
+        eval_local = bool(eval_every) and now - loop.last_eval >= float(eval_every)
+        ckpt_local = bool(ckpt_every) and now - loop.last_ckpt >= float(ckpt_every)
+        stop, eval_due, ckpt_due = distributed.any_true(
+            [bool(reason), eval_local, ckpt_local], self.device
+        )
+        record: dict[str, Any] = {}
+        if self.step % int(run_cfg["log_every_steps"]) == 0 or stop or eval_due:
+            record = self._record(loop, result.loss, now)
+        if eval_due and not stop:
+            record["val_bpb"] = self._evaluate()["val_bpb"]
+            loop.last_eval = self.time_fn()
+        if record:
+            self.metrics.write(record)
+            if self.main:
+                print(_format_record(record, self.recipe["budget"]["seconds"]), flush=True)
+        if ckpt_due and not stop:
+            self._save_checkpoint(clock)
+            loop.last_ckpt = self.time_fn()
+        if stop:
+            loop.stop_reason = reason or "budget"  # "": another rank's clock ran out
+        return stop
 
+    def _record(self, loop: _Loop, local_loss: float, now: float) -> dict[str, Any]:
+        """One metrics.jsonl line (the loss averaged over ranks: a collective)."""
+        clock = loop.clock
+        loop.last_loss = distributed.mean(local_loss, self.device)
+        step_seconds = clock.last_step_seconds
+        tps = self.tokens_per_step / step_seconds if step_seconds > 0 else None
+        record: dict[str, Any] = {
+            "step": self.step,
+            "loss": loop.last_loss,
+            "lr": loop.lrm * float(self.recipe["optim"]["matrix_lr"]),
+            "lrm": loop.lrm,
+            "tokens": self.tokens,
+            "tokens_per_second": tps,
+            "charged_seconds": clock.charged_seconds(),
+            "elapsed_seconds": now - clock.start_time,
+            "startup": clock.in_startup,
+        }
+        mfu = self._mfu(tps)
+        if mfu is not None:
+            record["mfu"] = mfu
+        return record
+
+    def finish(self, loop: _Loop) -> dict[str, Any]:
+        """The final checkpoint and its trusted evaluation (completed runs), summary.json."""
+        clock, e = loop.clock, self.recipe["eval"]
         accounting = clock.summary()
         tokens_per_second = None
         last_boundary = clock.last_boundary_time
+        steady_from = loop.steady_from
         if steady_from is not None and last_boundary is not None and last_boundary > steady_from[1]:
             tokens_per_second = (self.tokens - steady_from[0]) / (last_boundary - steady_from[1])
         elif self.step:
-            tokens_per_second = self.tokens / max(self.time_fn() - started, 1e-9)
+            tokens_per_second = self.tokens / max(self.time_fn() - loop.started, 1e-9)
         self.metrics.close()
 
         final_path, evaluation = None, None
-        if status == COMPLETED:
+        if loop.status == COMPLETED:
             distributed.barrier()
             if self.main:
                 final_path = ckpt.save_final(self.out_dir, self.model, self._meta(clock))
@@ -482,15 +501,35 @@ class Trainer:
             # The scored number comes from one process on one device, exactly as `trnf eval`
             # and the organisers' eval-public compute it: leave the process group first.
             distributed.shutdown()
-            if self.main and e["final"]:
+            if self.main and e["final"] and final_path is not None:
                 evaluation = final_evaluation(
                     self.prepare, self.tokenizer, final_path, self.device, e
-                )  # type: ignore[arg-type]
+                )
+        summary = self._summary(loop, accounting, tokens_per_second, final_path, evaluation)
+        if self.main:
+            atomic_write_json(self.out_dir / SUMMARY_FILE, summary)
+            print(
+                f"{loop.status}: {self.step} steps, startup {summary['startup_seconds']:.1f} s, charged "
+                f"{summary['charged_seconds']:.1f} s, headroom {summary['headroom_seconds']:.1f} s, "
+                f"over_budget={summary['over_budget']}, val_bpb={summary['val_bpb']}",
+                flush=True,
+            )
+        return summary
 
-        summary = {
-            "name": r["name"],
-            "status": status,
-            "stop_reason": stop_reason,
+    def _summary(
+        self,
+        loop: _Loop,
+        accounting: dict[str, Any],
+        tokens_per_second: float | None,
+        final_path: Path | None,
+        evaluation: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """summary.json of a completed or diverged run (rundir.RunSummary)."""
+        e = self.recipe["eval"]
+        return {
+            "name": self.recipe["name"],
+            "status": loop.status,
+            "stop_reason": loop.stop_reason,
             "val_bpb": evaluation["val_bpb"] if evaluation else None,
             "eval_tokens": int(e["tokens"]),
             "eval_seq_len": int(e["seq_len"]),
@@ -503,12 +542,12 @@ class Trainer:
             "steps": self.step,
             "tokens_per_second": tokens_per_second,
             "mfu": self._mfu(tokens_per_second),
-            "final_loss": last_loss if math.isfinite(last_loss) else None,
+            "final_loss": loop.last_loss if math.isfinite(loop.last_loss) else None,
             "charged_seconds": accounting["charged_seconds"],
             "startup_seconds": accounting["startup_seconds"],
             "headroom_seconds": accounting["headroom_seconds"],
             "over_budget": accounting["over_budget"],
-            "budget_seconds": float(b["seconds"]),
+            "budget_seconds": float(self.recipe["budget"]["seconds"]),
             "device": self.spec.name,
             "kernels": self.kernels,
             "dtype": str(self.spec.dtype).removeprefix("torch."),
@@ -517,19 +556,10 @@ class Trainer:
             "prepare_sha256": self.prepare_sha256,
             "tokenizer_sha256": self.tokenizer_sha256,
             "final_checkpoint": str(final_path) if final_path else None,
-            "diverged_step": diverged_step,
-            "last_good_checkpoint": str(last_good) if last_good else None,
+            "diverged_step": loop.diverged_step,
+            "last_good_checkpoint": str(loop.last_good) if loop.last_good else None,
             "resumed_from": self.resumed_from,
         }
-        if self.main:
-            atomic_write_json(self.out_dir / SUMMARY_FILE, summary)
-            print(
-                f"{status}: {self.step} steps, startup {accounting['startup_seconds']:.1f} s, charged "
-                f"{accounting['charged_seconds']:.1f} s, headroom {accounting['headroom_seconds']:.1f} s, "
-                f"over_budget={accounting['over_budget']}, val_bpb={summary['val_bpb']}",
-                flush=True,
-            )
-        return summary
 
 
 def final_evaluation(
