@@ -122,6 +122,49 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _repair_command(manifest: dict[str, Any]) -> str:
+    """The command that rebuilds this dataset (what a damaged-file error tells the user)."""
+    source = manifest.get("source", "climbmix")
+    config = manifest.get("config") or {}
+    if source == "local":
+        return f"trnf prepare --source local --path {config.get('path', 'DIR')}"
+    if source == "climbmix":
+        return f"trnf prepare --num-train-shards {config.get('num_train_shards', DEFAULT_NUM_TRAIN_SHARDS)}"
+    return f"trnf prepare --source {source}"
+
+
+def check_token_file(directory: Path, entry: dict[str, Any], manifest: dict[str, Any], *, full: bool) -> None:
+    """Refuse a token file whose size (always) or SHA256 (``full``) differs from the manifest.
+
+    A truncated file would otherwise train on part of the data without a word (an even
+    length) or fail inside numpy naming no file (an odd one)."""
+    file = directory / entry["path"]
+    repair = f"rerun `{_repair_command(manifest)}` to rebuild it"
+    try:
+        size = file.stat().st_size
+    except OSError:
+        raise PrepareError(f"token file {file} is missing; {repair}") from None
+    if size != entry["size"]:
+        raise PrepareError(f"token file {file} is damaged ({size:,} bytes, the manifest says {entry['size']:,}); {repair}")
+    if full and "sha256" in entry and _sha256(file) != entry["sha256"]:
+        raise PrepareError(f"token file {file} is damaged (its SHA256 differs from the manifest's); {repair}")
+
+
+def verify_token_files(name: str | None = None, home: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Check every token file of a prepared dataset against its manifest: size and SHA256.
+
+    What `trnf train` runs before it starts (a data loader checks sizes only, on every
+    open). Returns ``{"dataset", "files", "bytes", "seconds"}``; raises PrepareError."""
+    started = time.perf_counter()
+    directory = dataset_dir(name, home)
+    manifest = load_manifest(directory)
+    entries = manifest.get("token_files", [])
+    for entry in entries:
+        check_token_file(directory, entry, manifest, full=True)
+    return {"dataset": directory.name, "files": len(entries), "bytes": sum(int(e["size"]) for e in entries),
+            "seconds": time.perf_counter() - started}
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary name and rename, so a crash never leaves a half file trusted."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -743,7 +786,7 @@ def setup(
             reused = False
         else:
             reused = True
-        _atomic_write_bytes(root / "active", (name + "\n").encode("utf-8"))
+        _mark_active(root, name)
     except OSError as exc:
         import errno
 
@@ -753,6 +796,30 @@ def setup(
     result = summary(directory, manifest)
     result["reused"] = reused
     return result
+
+
+def _mark_active(root: Path, name: str) -> None:
+    """Make ``name`` the active dataset, writing nothing when it already is: complete data
+    on a read-only home (a shared, mounted cache) must stay usable."""
+    active = root / "active"
+    try:
+        if active.read_text(encoding="utf-8").strip() == name:
+            return
+    except OSError:
+        pass
+    try:
+        _atomic_write_bytes(active, (name + "\n").encode("utf-8"))
+    except OSError as exc:
+        import errno
+
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            if os.environ.get("TRNF_DATASET") == name:
+                return  # selected by the environment: the active file does not matter
+            raise PrepareError(
+                f"dataset '{name}' is complete but {root} is read-only, so it cannot be made the active one; "
+                f"set TRNF_DATASET={name} to use it"
+            ) from None
+        raise
 
 
 def _build(source: str, local_path: Path | None, num_train_shards: int, directory: Path, config: dict[str, Any],
@@ -888,6 +955,7 @@ def _token_arrays(split: str, tokenizer: Tokenizer | None = None) -> list[Any]:
     arrays = []
     for entry in manifest["token_files"]:
         if entry["role"] == role and entry["tokens"]:
+            check_token_file(directory, entry, manifest, full=False)
             arrays.append(np.memmap(directory / entry["path"], dtype=np.uint16, mode="r"))
     if not arrays:
         raise PrepareError(f"dataset {directory.name} has no {role} tokens; rerun setup")

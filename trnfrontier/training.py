@@ -228,6 +228,7 @@ def check_can_train(recipe: Recipe) -> None:
             find_dataset(recipe.data.dataset)
         except Exception as exc:  # noqa: BLE001 - prepare.PrepareError, or a kit's own error type
             raise TrnfError(f"no prepared dataset to train on: {exc}") from None
+    check_token_files(module, recipe.data.dataset)
     device = recipe.runtime.device
     if device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
         raise TrnfError(
@@ -242,6 +243,19 @@ def check_can_train(recipe: Recipe) -> None:
                 "runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto",
                 exit_code=2,
             )
+
+
+def check_token_files(module: Any, dataset: str | None) -> None:
+    """Size and SHA256 of every token file against the dataset's manifest, before any
+    compute is spent (a flipped byte would otherwise train silently on other tokens).
+    Only where the prepare.py offers the check: the organisers' has no token files."""
+    verify = getattr(module, "verify_token_files", None)
+    if not callable(verify):
+        return
+    try:
+        verify(dataset)
+    except Exception as exc:  # noqa: BLE001 - prepare.PrepareError (one line naming the file and the fix)
+        raise TrnfError(str(exc)) from None
 
 
 def launch_command(run_dir: Path, recipe: Recipe, resume: bool) -> list[str]:
