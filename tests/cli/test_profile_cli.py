@@ -63,6 +63,9 @@ def test_compare_reports_the_ratio_with_its_spread(tmp_path: Path, capsys: pytes
     assert lo <= result["ratio_tokens_per_second_b_over_a"] <= hi
     assert len(result["ratios"]) == result["rounds"] == 4
     assert result["b"]["flops_per_token"] > result["a"]["flops_per_token"]
+    verdict = result["verdict"]
+    assert verdict["low"] <= verdict["ratio"] <= verdict["high"] and verdict["confidence"] == 0.95
+    assert 0 < result["a"]["mfu"] and "matmul probe" in result["peak_source"]
 
 
 def test_a_recipe_that_does_not_fit_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

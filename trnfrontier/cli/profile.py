@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from trnfrontier.console import err, out, print_json
+from trnfrontier.console import out, print_json
 from trnfrontier.errors import UsageError
 from trnfrontier.recipes import load_recipe
 
@@ -31,6 +31,7 @@ def command(
     `--compare A B` times A and B in alternating rounds and reports B/A with its spread."""
     from trnfrontier.profiling import compare as compare_mod
     from trnfrontier.profiling import measure, report
+    from trnfrontier.progress import steps as steps_progress
 
     measure.check_options(device, trace)
     if kernels:
@@ -49,8 +50,9 @@ def command(
         recipe_b = load_recipe(second, overrides)
         setup_a = measure.build(recipe_a, device)
         setup_b = measure.build(recipe_b, device)
-        err().print(f"comparing {recipe_a.name} and {recipe_b.name} on {setup_a.spec.name} ...")
-        result = compare_mod.compare(setup_a, setup_b, steps, warmup)
+        what = f"comparing {recipe_a.name} and {recipe_b.name} on {setup_a.spec.name}"
+        with steps_progress(what, compare_mod.compare_units(steps, warmup)) as bar:
+            result = compare_mod.compare(setup_a, setup_b, steps, warmup, progress=bar)
         if json_output:
             print_json(result)
         else:
@@ -58,8 +60,9 @@ def command(
         return
 
     setup = measure.build(recipe_a, device)
-    err().print(f"profiling {recipe_a.name} on {setup.spec.name}: {warmup} warm-up + 2 x {steps} steps ...")
-    result = measure.profile(setup, steps, warmup, top=top, trace=trace)
+    what = f"profiling {recipe_a.name} on {setup.spec.name}: {warmup} warm-up + 2 x {steps} steps"
+    with steps_progress(what, measure.profile_units(steps, warmup)) as bar:
+        result = measure.profile(setup, steps, warmup, top=top, trace=trace, progress=bar)
     if json_output:
         print_json(result)
     else:

@@ -22,6 +22,8 @@ import torch
 
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.profiling import flops, phases
+from trnfrontier.profiling.quiet import without_profiler_noise
+from trnfrontier.progress import Steps
 from trnfrontier.recipes import Recipe
 from trnfrontier.runtime import devices, distributed
 from trnfrontier.runtime.model import GPT, GPTConfig
@@ -251,9 +253,11 @@ def timed_plain_step(setup: Setup) -> float:
     return time.perf_counter() - started
 
 
-def warm_up(setup: Setup, steps: int) -> None:
+def warm_up(setup: Setup, steps: int, progress: Steps | None = None) -> None:
     for _ in range(steps):
         guarded(setup, lambda: train_step(setup))
+        if progress is not None:
+            progress.advance()
     setup.sync()
 
 
@@ -267,7 +271,9 @@ def peak_memory(device: torch.device) -> dict[str, Any]:
     return {"bytes": None, "source": f"not reported by the {device.type} backend through torch"}
 
 
-def top_operators(setup: Setup, steps: int, top: int, trace: Path | None) -> list[dict[str, Any]]:
+def top_operators(
+    setup: Setup, steps: int, top: int, trace: Path | None, progress: Steps | None = None
+) -> list[dict[str, Any]]:
     """Self time per operator from torch.profiler over ``steps`` extra steps (kept out of
     the timed steps: the profiler's own overhead would distort them)."""
     from torch.profiler import ProfilerActivity, profile
@@ -275,9 +281,11 @@ def top_operators(setup: Setup, steps: int, top: int, trace: Path | None) -> lis
     activities = [ProfilerActivity.CPU]
     if setup.spec.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, record_shapes=False) as prof:
+    with without_profiler_noise(), profile(activities=activities, record_shapes=False) as prof:
         for _ in range(steps):
             guarded(setup, lambda: train_step(setup))
+            if progress is not None:
+                progress.advance()
         setup.sync()
     if trace is not None:
         try:
@@ -333,12 +341,24 @@ def projection(recipe: Recipe, tokens_per_second: float, params: int) -> dict[st
     }
 
 
-def profile(setup: Setup, steps: int, warmup: int, top: int = 12, trace: Path | None = None, profiler_steps: int = 2) -> dict[str, Any]:
+PROFILER_STEPS = 2
+
+
+def profile_units(steps: int, warmup: int, profiler_steps: int = PROFILER_STEPS) -> int:
+    """How many units of progress ``profile`` reports: every step it takes, and the peak probe."""
+    return warmup + 2 * steps + profiler_steps + 1
+
+
+def profile(setup: Setup, steps: int, warmup: int, top: int = 12, trace: Path | None = None,
+            profiler_steps: int = PROFILER_STEPS, progress: Steps | None = None) -> dict[str, Any]:
     """Warm up, then ``steps`` plain steps interleaved with ``steps`` phase-split ones."""
+    bar = progress or Steps.none()
     spec = setup.spec
     if spec.type == "cuda":
         torch.cuda.reset_peak_memory_stats(spec.device)
-    warm_up(setup, warmup)
+    bar.describe(f"{setup.recipe.name}: warm-up")
+    warm_up(setup, warmup, bar)
+    bar.describe(f"{setup.recipe.name}: timing steps (plain and phase-split)")
     timer = phases.PhaseTimer(setup.sync)
     plain: list[float] = []
     split: list[dict[str, float]] = []
@@ -358,11 +378,15 @@ def profile(setup: Setup, steps: int, warmup: int, top: int = 12, trace: Path | 
         else:
             guarded(setup, split_step)
             plain.append(guarded(setup, lambda: timed_plain_step(setup)))
+        bar.advance(2)
     memory = peak_memory(spec.device)
-    ops = top_operators(setup, profiler_steps, top, trace)
+    bar.describe(f"{setup.recipe.name}: top operators (torch.profiler)")
+    ops = top_operators(setup, profiler_steps, top, trace, bar)
 
     lnc = setup.recipe.runtime.lnc
+    bar.describe(f"{setup.recipe.name}: measuring the device peak")
     peak = flops.device_peak(spec.device, spec.dtype, lnc)
+    bar.advance()
     step_seconds = statistics.median(plain)
     tokens_per_second = setup.tokens_per_step / step_seconds
     fpt = setup.model.flops_per_token(setup.seq_len)

@@ -20,6 +20,15 @@ def _si(value: float | None, unit: str = "") -> str:
     return f"{value:,.2f} {unit}".rstrip()
 
 
+def token_count(tokens: float) -> str:
+    """``31,395`` / ``12.3M`` / ``1.25B`` tokens: never ``0.0M`` for a small count."""
+    if tokens >= 1e9:
+        return f"{tokens / 1e9:,.2f}B"
+    if tokens >= 1e6:
+        return f"{tokens / 1e6:,.1f}M"
+    return f"{tokens:,.0f}"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f} ms"
 
@@ -75,7 +84,7 @@ def render_profile(result: dict[str, Any], console: Console) -> None:
     per_param = f", {p['tokens_per_param']:,.1f} tokens/parameter" if p["tokens_per_param"] else ""
     console.print(
         f"[bold]projection[/bold]: {p['train_seconds']:,.0f} s of budget at {p['tokens_per_second_all_processes']:,.0f} tokens/s "
-        f"trains {p['tokens'] / 1e6:,.1f}M tokens in {p['steps']:,.0f} steps of {p['tokens_per_step']:,} tokens{per_param} ({p['assumption']})"
+        f"trains {token_count(p['tokens'])} tokens in {p['steps']:,.0f} steps of {p['tokens_per_step']:,} tokens{per_param} ({p['assumption']})"
     )
     if result.get("trace"):
         console.print(f"trace: {result['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
@@ -119,17 +128,19 @@ def render_kernels(document: dict[str, Any], console: Console) -> None:
 def render_compare(result: dict[str, Any], console: Console) -> None:
     keep_wide(console, 160)
     table = Table(title=f"compare: {result['rounds']} alternating rounds of {result['steps_per_round']} steps (after {result['warmup_steps']} warm-up each)")
-    for column in ("", "recipe", "params", "tokens/step", "step (median)", "tokens/s", "FLOPs/token"):
+    for column in ("", "recipe", "params", "tokens/step", "step (median)", "tokens/s", "FLOPs/token", "MFU"):
         table.add_column(column, justify="left" if column in ("", "recipe") else "right")
     for key in ("a", "b"):
         side = result[key]
+        mfu = side.get("mfu")
         table.add_row(
             key.upper(), side["recipe"], f"{side['params']:,}", f"{side['tokens_per_step']:,}",
             _ms(side["step_seconds"]), f"{side['tokens_per_second']:,.0f}", f"{side['flops_per_token']:,}",
+            "n/a" if mfu is None else f"{100 * mfu:.1f}%",
         )
     console.print(table)
     lo, hi = result["ratio_spread"]
-    console.print(
-        f"[bold]B/A tokens/s = {result['ratio_tokens_per_second_b_over_a']:.3f}[/bold] "
-        f"(spread over rounds {lo:.3f}-{hi:.3f}; >1 means B trains faster) on {result['a']['device']}"
-    )
+    console.print(f"[bold]{result['verdict']['text']}[/bold] on {result['a']['device']}")
+    console.print(f"per-round B/A: {', '.join(f'{r:.3f}' for r in result['ratios'])} (range {lo:.3f}-{hi:.3f}; >1 means B trains faster)")
+    if result.get("peak_source"):
+        console.print(f"MFU peak: {result['peak_source']}")
