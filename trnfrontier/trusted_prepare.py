@@ -19,14 +19,21 @@ from trnfrontier.runtime.prepare_loader import PREPARE_ENV, load_prepare, module
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def project_root_file(name: str) -> Path | None:
-    """A file that ships at the repository root (prepare.py, kernels/, recipes/).
+# Where a wheel carries the repository-root files (pyproject.toml: force-include).
+SHIPPED_DIR = _PACKAGE_DIR / "_shipped"
 
-    trnf is installed editable from a clone (the README's set-up), so these sit beside
-    the package directory.
+
+def project_root_file(name: str) -> Path | None:
+    """A file that ships at the repository root (prepare.py, kernels/, recipes/; .git).
+
+    In a clone (an editable install, the README's set-up) it sits beside the package
+    directory; an installed wheel carries prepare.py, recipes/ and kernels/ inside the
+    package, under ``_shipped/``.
     """
-    candidate = _PACKAGE_DIR.parent / name
-    return candidate if candidate.exists() else None
+    for candidate in (_PACKAGE_DIR.parent / name, SHIPPED_DIR / name):
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def default_prepare_path() -> Path:

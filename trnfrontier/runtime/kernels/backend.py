@@ -43,13 +43,13 @@ class KernelFallbackWarning(UserWarning):
 
 def kernels_dir() -> Path:
     """Where the kernel files are: ``$TRNF_KERNELS_DIR``, else the first ``kernels/`` that
-    exists at the repository root, beside this file (a packaged train.py inlines this
-    module), or in the working directory."""
+    exists at the repository root, inside an installed wheel (``trnfrontier/_shipped/``),
+    beside this file (a packaged train.py inlines this module), or in the working directory."""
     env = os.environ.get(KERNELS_ENV)
     if env:
         return Path(env).expanduser().resolve()
     here = Path(__file__).resolve()
-    candidates = [here.parents[3] / "kernels"] if len(here.parents) > 3 else []
+    candidates = [here.parents[3] / "kernels", here.parents[2] / "_shipped" / "kernels"] if len(here.parents) > 3 else []
     candidates += [here.parent / "kernels", Path.cwd() / "kernels"]
     return next((c for c in candidates if (c / "relu2.py").is_file()), candidates[0])
 
