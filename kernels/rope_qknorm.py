@@ -3,10 +3,14 @@
     z = rotate(x):  z1 = x1 cos + x2 sin,  z2 = x2 cos - x1 sin   (x1, x2: the two halves)
     y = z * rstd,   rstd = 1 / sqrt(mean(z^2) + eps)              (skipped when normalize=False)
 
-Layout: x is [B, H, T, D] (the model's q or k), cos/sin are [T, D/2] float32. A tile is
-128 positions of one (batch, head) row; the cos/sin tiles of a block of positions are
-loaded once and reused for every head. The forward returns rstd [B, H, T, 1] (all ones
-when normalize=False) for the backward, which recomputes z instead of storing it:
+Layout: x is [B, T, H, D], the layout the model's q and k have in memory before their
+[B, H, T, D] view (the op passes that view's transpose, so nothing is copied in HBM).
+A tile is 128 positions of one batch row with all H heads: one DMA in and one out per
+tile; cos/sin [T, D/2] float32 tiles are loaded once per tile and reused for every head.
+The per-head math (rotation, RMS over D, scaling) runs one head at a time on slices of
+the tile, since the engines broadcast only [P, 1] operands. The forward returns rstd
+[B, H, T, 1] (all ones when normalize=False) for the backward, which recomputes z
+instead of storing it:
 
     dz = rstd * dy - z * rstd^3 * mean(dy * z)       (dz = dy when normalize=False)
     dx1 = dz1 cos - dz2 sin,   dx2 = dz1 sin + dz2 cos
@@ -82,32 +86,32 @@ def _load_angles(cos, sin, t0, rows):
 
 
 def _fwd_block(x, cos, sin, y, rstd, b, t0, rows, eps, normalize):
-    d = x.shape[3]
+    heads, d = x.shape[2], x.shape[3]
     half = d // 2
     cs, sn = _load_angles(cos, sin, t0, rows)
-    for h in nl.affine_range(x.shape[1]):
-        xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt[0:rows, :], src=x[b, h, t0 : t0 + rows, :])
+    xt = nl.ndarray((PMAX, heads, d), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt[0:rows, :, :], src=x[b, t0 : t0 + rows, :, :])
+    yt = nl.ndarray((PMAX, heads, d), dtype=x.dtype, buffer=nl.sbuf)
+    rs = nl.ndarray((PMAX, heads), dtype=nl.float32, buffer=nl.sbuf)
+    for h in nl.static_range(heads):
         z = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-        _rotate(xt, cs, sn, z, rows, half, 1)
-        rs = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+        _rotate(xt[:, h, :], cs, sn, z, rows, half, 1)
         if normalize:
-            _rstd(z, rs, rows, d, eps)
+            _rstd(z, rs[:, h : h + 1], rows, d, eps)
         else:
-            nisa.memset(dst=rs[0:rows, :], value=1.0)
-        yt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=rs[0:rows, h : h + 1], value=1.0)
         nisa.tensor_scalar(
-            dst=yt[0:rows, :], data=z[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
+            dst=yt[0:rows, h, :], data=z[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, h : h + 1]
         )
-        nisa.dma_copy(dst=y[b, h, t0 : t0 + rows, :], src=yt[0:rows, :])
-        nisa.dma_copy(dst=rstd[b, h, t0 : t0 + rows, :], src=rs[0:rows, :])
+        nisa.dma_copy(dst=rstd[b, h, t0 : t0 + rows, :], src=rs[0:rows, h : h + 1])
+    nisa.dma_copy(dst=y[b, t0 : t0 + rows, :, :], src=yt[0:rows, :, :])
 
 
 @nki.jit
 def rope_qknorm_fwd(x, cos, sin, eps, normalize):
-    """x [B, H, T, D], cos/sin [T, D/2] -> (y [B, H, T, D], rstd [B, H, T, 1] float32)."""
-    bsz, heads, t, d = x.shape
-    y = nl.ndarray((bsz, heads, t, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    """x [B, T, H, D], cos/sin [T, D/2] -> (y [B, T, H, D], rstd [B, H, T, 1] float32)."""
+    bsz, t, heads, d = x.shape
+    y = nl.ndarray((bsz, t, heads, d), dtype=x.dtype, buffer=nl.shared_hbm)
     rstd = nl.ndarray((bsz, heads, t, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     # work items: (batch row, 128-position block); the grid's programs split them
     nblk = -(-t // PMAX)
@@ -119,64 +123,61 @@ def rope_qknorm_fwd(x, cos, sin, eps, normalize):
     return y, rstd
 
 
+def _dz_normalized(z, gt, rs, dz, rows, d):
+    """dz = rstd * dy - z * rstd^3 * mean(dy * z) for one head (z is overwritten)."""
+    prod = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=prod[0:rows, :], data1=z[0:rows, :], data2=gt[0:rows, :], op=nl.multiply)
+    coef = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=coef[0:rows, :], op=nl.add, data=prod[0:rows, :], axis=1, keepdims=True)
+    r3 = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=r3[0:rows, :], data1=rs[0:rows, :], data2=rs[0:rows, :], op=nl.multiply)
+    nisa.tensor_tensor(dst=r3[0:rows, :], data1=r3[0:rows, :], data2=rs[0:rows, :], op=nl.multiply)
+    nisa.tensor_tensor(
+        dst=coef[0:rows, :], data1=coef[0:rows, :], data2=r3[0:rows, :], op=nl.multiply
+    )
+    nisa.tensor_scalar(
+        dst=coef[0:rows, :], data=coef[0:rows, :], op0=nl.multiply, operand0=-1.0 / d
+    )
+    a = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(
+        dst=a[0:rows, :], data=gt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
+    )
+    nisa.tensor_scalar(
+        dst=z[0:rows, :], data=z[0:rows, :], op0=nl.multiply, operand0=coef[0:rows, :]
+    )
+    nisa.tensor_tensor(dst=dz[0:rows, :], data1=a[0:rows, :], data2=z[0:rows, :], op=nl.add)
+
+
 def _bwd_block(x, dy, cos, sin, rstd, dx, b, t0, rows, normalize):
-    d = x.shape[3]
+    heads, d = x.shape[2], x.shape[3]
     half = d // 2
     cs, sn = _load_angles(cos, sin, t0, rows)
-    for h in nl.affine_range(x.shape[1]):
-        xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-        gt = nl.ndarray((PMAX, d), dtype=dy.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=xt[0:rows, :], src=x[b, h, t0 : t0 + rows, :])
-        nisa.dma_copy(dst=gt[0:rows, :], src=dy[b, h, t0 : t0 + rows, :])
+    xt = nl.ndarray((PMAX, heads, d), dtype=x.dtype, buffer=nl.sbuf)
+    gt = nl.ndarray((PMAX, heads, d), dtype=dy.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt[0:rows, :, :], src=x[b, t0 : t0 + rows, :, :])
+    nisa.dma_copy(dst=gt[0:rows, :, :], src=dy[b, t0 : t0 + rows, :, :])
+    out = nl.ndarray((PMAX, heads, d), dtype=x.dtype, buffer=nl.sbuf)
+    for h in nl.static_range(heads):
         dz = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
         if normalize:
             rs = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.dma_copy(dst=rs[0:rows, :], src=rstd[b, h, t0 : t0 + rows, :])
             z = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-            _rotate(xt, cs, sn, z, rows, half, 1)
-            prod = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_tensor(
-                dst=prod[0:rows, :], data1=z[0:rows, :], data2=gt[0:rows, :], op=nl.multiply
-            )
-            coef = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_reduce(
-                dst=coef[0:rows, :], op=nl.add, data=prod[0:rows, :], axis=1, keepdims=True
-            )
-            r3 = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_tensor(
-                dst=r3[0:rows, :], data1=rs[0:rows, :], data2=rs[0:rows, :], op=nl.multiply
-            )
-            nisa.tensor_tensor(
-                dst=r3[0:rows, :], data1=r3[0:rows, :], data2=rs[0:rows, :], op=nl.multiply
-            )
-            nisa.tensor_tensor(
-                dst=coef[0:rows, :], data1=coef[0:rows, :], data2=r3[0:rows, :], op=nl.multiply
-            )
-            nisa.tensor_scalar(
-                dst=coef[0:rows, :], data=coef[0:rows, :], op0=nl.multiply, operand0=-1.0 / d
-            )
-            a = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_scalar(
-                dst=a[0:rows, :], data=gt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
-            )
-            nisa.tensor_scalar(
-                dst=z[0:rows, :], data=z[0:rows, :], op0=nl.multiply, operand0=coef[0:rows, :]
-            )
-            nisa.tensor_tensor(dst=dz[0:rows, :], data1=a[0:rows, :], data2=z[0:rows, :], op=nl.add)
+            _rotate(xt[:, h, :], cs, sn, z, rows, half, 1)
+            _dz_normalized(z, gt[:, h, :], rs, dz, rows, d)
         else:
-            nisa.tensor_copy(dst=dz[0:rows, :], src=gt[0:rows, :])
+            nisa.tensor_copy(dst=dz[0:rows, :], src=gt[0:rows, h, :])
         g = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
         _rotate(dz, cs, sn, g, rows, half, -1)
-        out = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=out[0:rows, :], src=g[0:rows, :])
-        nisa.dma_copy(dst=dx[b, h, t0 : t0 + rows, :], src=out[0:rows, :])
+        nisa.tensor_copy(dst=out[0:rows, h, :], src=g[0:rows, :])
+    nisa.dma_copy(dst=dx[b, t0 : t0 + rows, :, :], src=out[0:rows, :, :])
 
 
 @nki.jit
 def rope_qknorm_bwd(x, dy, cos, sin, rstd, normalize):
-    """dx [B, H, T, D] given dy and the forward's rstd; cos/sin get no gradient."""
-    bsz, heads, t, d = x.shape
-    dx = nl.ndarray((bsz, heads, t, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    """dx [B, T, H, D] given x, dy [B, T, H, D] and the forward's rstd [B, H, T, 1]."""
+    bsz, t, heads, d = x.shape
+    dx = nl.ndarray((bsz, t, heads, d), dtype=x.dtype, buffer=nl.shared_hbm)
     # work items: (batch row, 128-position block); the grid's programs split them
     nblk = -(-t // PMAX)
     first, count = _share(bsz * nblk)

@@ -170,12 +170,16 @@ def test_rope_qknorm_kernel_vs_reference(
     x, dy = _inputs(rand(rng, *shape), dtype), _inputs(rand(rng, *shape), dtype)
     cos, sin = _angles(rng, shape[2], shape[3] // 2)
     k = kernel("rope_qknorm")
-    y, rstd = k.rope_qknorm_fwd(_host(x, dtype), cos, sin, 1e-6, normalize)
+    # the kernel's layout is [B, T, H, D] (the model's q/k in memory); the reference's [B, H, T, D]
+    x_t, dy_t = (np.ascontiguousarray(a.transpose(0, 2, 1, 3)) for a in (x, dy))
+    y, rstd = k.rope_qknorm_fwd(_host(x_t, dtype), cos, sin, 1e-6, normalize)
     y_ref, rstd_ref = references.rope_qknorm(
         _torch(x, dtype), torch.tensor(cos), torch.tensor(sin), 1e-6, normalize
     )
-    np.testing.assert_allclose(y, _np(y_ref), **TOL[dtype])
-    dx = k.rope_qknorm_bwd(_host(x, dtype), _host(dy, dtype), cos, sin, rstd, normalize)
+    np.testing.assert_allclose(y.transpose(0, 2, 1, 3), _np(y_ref), **TOL[dtype])
+    np.testing.assert_allclose(rstd, _np(rstd_ref), rtol=1e-5, atol=1e-6)
+    dx = k.rope_qknorm_bwd(_host(x_t, dtype), _host(dy_t, dtype), cos, sin, rstd, normalize)
+    dx = dx.transpose(0, 2, 1, 3)
     dx_ref = references.rope_qknorm_backward(
         _torch(x, dtype),
         _torch(dy, dtype),

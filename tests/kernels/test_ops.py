@@ -134,6 +134,7 @@ def _grads(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_path_matches_reference_path(interpreter_backend, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)  # fixed inputs: a tolerance test must not pass or fail by draw
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=4e-2, atol=4e-2)
     cos, sin = _angles(130, 16)
     c4, s4 = cos[None, None], sin[None, None]
@@ -322,3 +323,28 @@ def test_kernel_ops_inside_torch_compile(
     torch.testing.assert_close(loss, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
     assert calls and set(calls) == {int(lnc)}  # forward and backward kernels, on the grid
+
+
+def test_rope_kernel_reads_the_models_q_in_place(
+    interpreter_backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's q is a [B, T, H, D] tensor viewed as [B, H, T, D]: the kernel takes the
+    [B, T, H, D] memory as it is (no HBM copy) and the result has q's strides."""
+    use_kernels({"rope_qknorm": "on"}, "cpu")
+    base = torch.randn(2, 130, 3, 16)  # [B, T, H, D]
+    q = base.transpose(1, 2)  # the model's [B, H, T, D] view
+    seen: list[torch.Tensor] = []
+    launcher = backend.BACKEND.launcher
+
+    def spy(kernel: object, grid: int) -> object:
+        run = launcher(kernel, grid)
+        return lambda *args: (seen.append(args[0]), run(*args))[1]
+
+    monkeypatch.setattr(backend.BACKEND, "launcher", spy)
+    cos, sin = _angles(130, 8)
+    y = custom_ops.rotary_rms_norm(q, cos[None, None], sin[None, None])
+    assert seen[0].data_ptr() == base.data_ptr()  # the kernel read q's own memory
+    assert y.stride() == q.stride()
+    with backend.kernel_backend(backend.BACKEND.loader, set()):
+        want = custom_ops.rotary_rms_norm(q, cos[None, None], sin[None, None])
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)

@@ -149,6 +149,18 @@ rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
 # ---------------------------------------------------------------- rope + qk-norm
 
 
+def _positions_major(x: Tensor) -> Tensor:
+    """[B, H, T, D] as the kernel's [B, T, H, D]: free for the model's q and k (views of a
+    [B, T, H, D] tensor), a copy only for another layout."""
+    return x.transpose(1, 2).contiguous()
+
+
+def _like(y: Tensor, x: Tensor) -> Tensor:
+    """The kernel's [B, T, H, D] result as [B, H, T, D] with x's strides (the fake's)."""
+    out = y.transpose(1, 2)
+    return out if out.stride() == x.stride() else out.contiguous()
+
+
 def _rope_ok(x: Tensor, cos: Tensor) -> Callable[[], str | None]:
     return lambda: backend.supports_rope_qknorm(tuple(x.shape), x.dtype, cos.shape[0])
 
@@ -161,9 +173,10 @@ def rope_qknorm_op(
     t = x.shape[-2] if x.dim() >= 2 else 0
     if _use_kernel("rope_qknorm", (x,), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        return backend.launch("rope_qknorm", "rope_qknorm_fwd")(
-            x.contiguous(), c, s, eps, normalize
+        y, rstd = backend.launch("rope_qknorm", "rope_qknorm_fwd")(
+            _positions_major(x), c, s, eps, normalize
         )
+        return _like(y, x), rstd
     return references.rope_qknorm(x, cos[:t], sin[:t], eps, normalize)
 
 
@@ -174,9 +187,15 @@ def rope_qknorm_backward_op(
     t = x.shape[-2]
     if _use_kernel("rope_qknorm", (x, dy), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        return backend.launch("rope_qknorm", "rope_qknorm_bwd")(
-            x.contiguous(), dy.to(x.dtype).contiguous(), c, s, rstd.float().contiguous(), normalize
+        dx = backend.launch("rope_qknorm", "rope_qknorm_bwd")(
+            _positions_major(x),
+            _positions_major(dy.to(x.dtype)),
+            c,
+            s,
+            rstd.float().contiguous(),
+            normalize,
         )
+        return _like(dx, x)
     return references.rope_qknorm_backward(x, dy, cos[:t], sin[:t], rstd, normalize)
 
 
