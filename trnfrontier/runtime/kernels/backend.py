@@ -190,8 +190,11 @@ def supports_rope_qknorm(shape: tuple[int, ...], dtype: object, t_angles: int) -
         return f"head dim {d} is odd"
     if t_angles < shape[2]:
         return f"cos/sin cover {t_angles} positions < T={shape[2]}"
-    if d * 6 * 4 > SBUF_BYTES_PER_PARTITION // 2:
-        return f"head dim {d} too large"
+    # a tile holds all heads of 128 positions: x, dy, out rows (float32 at most) plus
+    # one head's float32 work rows (backward)
+    need = 3 * shape[1] * d * 4 + 8 * d * 4
+    if need > SBUF_BYTES_PER_PARTITION * 3 // 4:
+        return f"{shape[1]} heads x {d} need {need} bytes of SBUF per partition"
     return _dtype_ok(dtype)
 
 
