@@ -249,6 +249,30 @@ def test_cross_entropy_kernel_vs_reference(
     np.testing.assert_allclose(dz, _np(dz_ref), **TOL[dtype])
 
 
+def test_softcapped_forward_is_one_pass_without_a_running_max(
+    interpreted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a softcap, cap bounds the logits: a fixed shift, no max and no rescaling."""
+    from kernels.testing import isa
+
+    calls: list[str] = []
+    for name in ("tensor_reduce", "activation", "activation_reduce"):
+        real = getattr(isa, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls.append(f"{_name}:{kwargs.get('op')!r}")
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(isa, name, spy)
+    rng = np.random.default_rng(4)
+    z, t = rand(rng, 20, 1100), rng.integers(0, 1100, (20, 1)).astype(np.float32)
+    for cap, running_max in ((15.0, False), (0.0, True)):
+        calls.clear()
+        interpreted("cross_entropy").cross_entropy_fwd(z, t, cap)
+        assert ("tensor_reduce:nl.maximum" in calls) is running_max
+        assert calls.count("activation_reduce:nl.exp") == 3  # one per vocabulary chunk
+
+
 # ---------------------------------------------------------------- attention
 
 
