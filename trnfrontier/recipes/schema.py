@@ -197,7 +197,13 @@ class KernelsSection(Section):
     rope_qknorm: KernelChoice = "off"
     cross_entropy: KernelChoice = "off"
     polar_express: KernelChoice = "off"
-    attention: KernelChoice = "off"
+    # off unless asked for: the backward recomputes attention in PyTorch, so a step pays the
+    # PyTorch forward and backward plus the kernel's forward (kernels/README.md, issue 12)
+    attention: KernelChoice = Field(
+        "off",
+        description="Forward-only NKI kernel; its backward re-runs attention in PyTorch, "
+        "so it is likely slower per training step. Off by default.",
+    )
 
 
 class RunSection(Section):
