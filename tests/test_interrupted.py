@@ -121,3 +121,25 @@ def test_trnf_train_resume_says_which_step_and_checkpoint(
     assert code == 130
     assert f"resuming {run} from checkpoints/step_000040 (step 40, 312 s of the budget charged)" in err
     assert f"continue it from checkpoints/step_000040 (step 40) with `trnf train --resume {run}`" in err
+
+
+def test_the_final_evaluation_phase_is_shown(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Minutes of final evaluation add nothing to metrics.jsonl; the worker's announcement
+    in train.log is what trnf train shows (a plain line when stderr is not a terminal)."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent("""
+        import json, sys, time
+        from pathlib import Path
+        run = Path(sys.argv[1])
+        with open(run / "metrics.jsonl", "a") as m:
+            m.write(json.dumps({"step": 1, "loss": 9.0, "lr": 0.1, "charged_seconds": 1}) + "\\n")
+        print("final evaluation: 2,048 tokens, the trusted evaluate_bpb of final", flush=True)
+        time.sleep(0.5)
+        (run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": 1.5}))
+    """))
+    plan = training.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
+    plan.command = [sys.executable, str(worker), str(plan.run_dir)]
+    training.run_plan(plan, live=True, poll_seconds=0.05)
+    assert "final evaluation: 2,048 tokens" in capsys.readouterr().err
+    watch = training.PhaseWatch(plan.run_dir / "train.log")
+    assert watch.read() is None  # only lines written after it started count

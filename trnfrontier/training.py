@@ -39,6 +39,7 @@ from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
+    FINAL_EVAL_MARK,
     INTERRUPTED,
     LOG_FILE,
     METRICS_FILE,
@@ -328,17 +329,49 @@ class MetricsTail:
         return records
 
 
+class PhaseWatch:
+    """The worker's announced phase (the final evaluation) from new lines of train.log:
+    minutes in which metrics.jsonl gets nothing new, so the live view says what is going on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.phase: str | None = None
+        self.since: float | None = None
+
+    def read(self) -> str | None:
+        """The phase line when one appeared since the last call, else None."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return None
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        found = None
+        for line in complete.decode("utf-8", "replace").splitlines():
+            if line.startswith(FINAL_EVAL_MARK):
+                found = line.strip()
+        if found is not None:
+            self.phase, self.since = found, time.time()
+        return found
+
+
 def live_view(
     last: dict[str, Any] | None,
     budget: float,
     run_dir: Path,
     started: float,
     best_val: float | None,
+    phase: PhaseWatch | None = None,
 ) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row("run", str(run_dir))
+    if phase is not None and phase.phase is not None:
+        table.add_row("status", f"{phase.phase} ({time.time() - (phase.since or started):.0f} s)")
     if not last:
         table.add_row(
             "status",
@@ -392,6 +425,7 @@ def run_plan(
     env = {**os.environ, **plan.env}
     budget = plan.recipe.budget.seconds
     tail = MetricsTail(run_dir / METRICS_FILE)
+    watch = PhaseWatch(run_dir / LOG_FILE)
     started = time.time()
     last: dict[str, Any] | None = None
     best_val: float | None = None
@@ -427,8 +461,11 @@ def run_plan(
                             )
                         if on_record is not None:
                             on_record(record)
+                    announced = watch.read()
                     if display is not None:
-                        display.update(live_view(last, budget, run_dir, started, best_val))
+                        display.update(live_view(last, budget, run_dir, started, best_val, watch))
+                    elif live and announced is not None:
+                        console.print(announced)
                     elif (
                         live
                         and last is not None

@@ -82,7 +82,11 @@ def _one_thread():
 
 
 def test_run_directory_and_summary(
-    sample_home: Path, prepare_module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sample_home: Path,
+    prepare_module,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run = tmp_path / "run"
     # prepare.py's step log reads the same fake time as the trainer, so the two accountings
@@ -94,6 +98,8 @@ def test_run_directory_and_summary(
         tiny_recipe("budget.max_steps=6", "eval.every_seconds=0.001"), run, time_fn=clock
     )
     assert summary["status"] == "completed" and summary["stop_reason"] == "max_steps"
+    # The final evaluation is announced (trnf train shows that phase from train.log).
+    assert "final evaluation: 2,048 tokens" in capsys.readouterr().out
     assert SUMMARY_KEYS <= set(summary)
     assert set(summary["versions"]) == {"python", "torch", "trnf"}
     assert json.loads((run / "summary.json").read_text()) == json.loads(json.dumps(summary))

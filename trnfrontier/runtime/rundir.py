@@ -45,6 +45,10 @@ KIT_FILE = "final.pt"  # the organisers' checkpoint layout (model_state, model_c
 # A kit-style train.py (and a generated one) writes out/final.pt relative to its own directory.
 KIT_OUT_DIR = "out"
 
+# The trainer prints a line starting with this when the final evaluation begins; `trnf
+# train` watches train.log for it to show that phase (minutes with no new metrics).
+FINAL_EVAL_MARK = "final evaluation:"
+
 # Where record_step_boundary appends (prepare.py reads the same variable).
 STEP_LOG_ENV = "TRNF_STEP_LOG"
 

@@ -42,6 +42,7 @@ from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
+    FINAL_EVAL_MARK,
     METRICS_FILE,
     STEP_LOG_ENV,
     STEP_LOG_FILE,
@@ -502,6 +503,10 @@ class Trainer:
             # and the organisers' eval-public compute it: leave the process group first.
             distributed.shutdown()
             if self.main and e["final"] and final_path is not None:
+                print(
+                    f"{FINAL_EVAL_MARK} {int(e['tokens']):,} tokens, the trusted evaluate_bpb of {final_path}",
+                    flush=True,
+                )
                 evaluation = final_evaluation(
                     self.prepare, self.tokenizer, final_path, self.device, e
                 )
