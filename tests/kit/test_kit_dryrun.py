@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 from kit_fixtures import run_cli, write_train_py
 
-from trnfrontier.kit.dryrun import STAGES, copy_code
+from trnfrontier.kit.dryrun import STAGES, DryRunReport, copy_code
+from trnfrontier.progress import Steps
 
 
 def test_code_copy_takes_python_files_not_prepare_outputs_or_environments(tmp_path: Path) -> None:
@@ -57,6 +60,17 @@ def test_crash_on_rank_1_fails_the_steps_stage_with_its_traceback(sample_home: P
     code, out, err = run_cli(["train", "--train-py", str(train_py), "--dry-run", "--nproc", "2"], capsys)
     assert code == 1
     assert "trnf: error: dry run failed at steps: rank 1 failed" in err
+    # The failure names its log, which is kept (the rest of the work directory with it).
+    named = re.search(r"\(log: (\S+)\)\n", err)
+    assert named, err[-2000:]
+    log = Path(named.group(1))
+    try:
+        assert log.is_file() and "injected failure on rank 1" in log.read_text()
+        assert f"last lines of {log}:" in err
+    finally:
+        kept = [p for p in log.parents if p.name.startswith("trnf-dry-run-")]
+        if kept:
+            shutil.rmtree(kept[0], ignore_errors=True)
     assert "RuntimeError: injected failure on rank 1 at step 2" in err
     assert "start" in out and "FAIL" in out
 
@@ -75,3 +89,20 @@ def test_dry_run_reads_the_default_data_home(
     code, out, err = run_cli(["train", "--train-py", str(train_py), "--dry-run", "--steps", "2", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["passed"] is True
+
+
+def test_each_stage_advances_the_progress_and_names_the_next() -> None:
+    seen: list[str] = []
+
+    class Recorder(Steps):
+        def describe(self, description: str) -> None:
+            seen.append(description)
+
+    bar = Recorder()
+    report = DryRunReport(progress=bar)
+    report.add("source", True, "ok")
+    report.add("environment", True, "ok")
+    report.add("start", False, "rank 0 failed")
+    assert bar.done == 3
+    assert seen == ["dry run: building the clean environment (a venv with the organisers' packages)",
+                    "dry run: launching train.py under torchrun (gloo, CPU)"]

@@ -7,6 +7,7 @@ lines on stderr and one ``trnf: error:`` line with a non-zero exit code.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ from rich.text import Text
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.kit.dryrun import DryRunReport, dry_run_kit
+from trnfrontier.kit.dryrun import STAGES, DryRunReport, dry_run_kit
 from trnfrontier.kit.train_kit import KitInterrupted, KitOptions, KitRun, train_kit, validate_shape
+from trnfrontier.progress import steps as progress_steps
 
 DRY_RUN_TIMEOUT_SECONDS = 600.0
 
@@ -101,17 +103,31 @@ def kit_command(
 
     validate_shape(nproc, lnc)
     limit = timeout if timeout is not None else DRY_RUN_TIMEOUT_SECONDS
-    with tempfile.TemporaryDirectory(prefix="trnf-dry-run-") as tmp:
-        work = out_dir.expanduser().resolve() if out_dir is not None else Path(tmp)
-        if out_dir is not None and work.exists() and any(work.iterdir()):
+    if out_dir is not None:
+        work = out_dir.expanduser().resolve()
+        if work.exists() and any(work.iterdir()):
             raise UsageError(f"--out {work} is not empty; a dry run needs an empty directory to keep")
         work.mkdir(parents=True, exist_ok=True)
-        report = dry_run_kit(train_py, work, nproc=nproc, lnc=lnc, steps=steps or 3, timeout=limit, args=tuple(args))
-        if json_output:
-            print_json({"passed": report.passed, "stages": [vars(s) for s in report.stages]})
-        else:
-            out().print(_stage_table(report))
-        failure = report.first_failure()
-        if failure is not None:
-            _print_tail(err(), report.failure_log if out_dir is not None else None, report.failure_tail)
-            raise TrnfError(f"dry run failed at {failure.name}: {failure.detail}")
+    else:
+        # Removed when the dry run passes; kept when it fails, so the log it names exists.
+        work = Path(tempfile.mkdtemp(prefix="trnf-dry-run-"))
+    try:
+        with progress_steps(f"dry run of {train_py} on {nproc} CPU rank(s)", len(STAGES)) as bar:
+            report = dry_run_kit(train_py, work, nproc=nproc, lnc=lnc, steps=steps or 3, timeout=limit,
+                                 args=tuple(args), progress=bar)
+    except BaseException:
+        if out_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    if json_output:
+        print_json({"passed": report.passed, "stages": [vars(s) for s in report.stages]})
+    else:
+        out().print(_stage_table(report))
+    failure = report.first_failure()
+    if out_dir is None and (failure is None or report.failure_log is None):
+        shutil.rmtree(work, ignore_errors=True)  # nothing worth keeping
+    if failure is None:
+        return
+    _print_tail(err(), report.failure_log, report.failure_tail)
+    log = f" (log: {report.failure_log})" if report.failure_log is not None else ""
+    raise TrnfError(f"dry run failed at {failure.name}: {failure.detail}{log}")

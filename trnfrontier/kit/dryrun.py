@@ -21,6 +21,7 @@ from pathlib import Path
 
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
+from trnfrontier.progress import Steps
 from trnfrontier.trusted_prepare import load_contract
 from trnfrontier.verify.dryrun import (
     DRY_RUN_STEPS_ENV,
@@ -44,11 +45,23 @@ class Stage:
     detail: str
 
 
+# What each stage is doing, for the progress display while it runs.
+STAGE_DOING = {
+    "source": "checking train.py",
+    "environment": "building the clean environment (a venv with the organisers' packages)",
+    "start": "launching train.py under torchrun (gloo, CPU)",
+    "steps": "waiting for the steps",
+    "checkpoint": "looking for the checkpoint",
+    "load_for_eval": "loading the checkpoint back through load_for_eval",
+}
+
+
 @dataclass
 class DryRunReport:
     stages: list[Stage] = field(default_factory=list)
     failure_log: Path | None = None
     failure_tail: list[str] = field(default_factory=list)
+    progress: Steps = field(default_factory=Steps.none)
 
     @property
     def passed(self) -> bool:
@@ -59,6 +72,10 @@ class DryRunReport:
 
     def add(self, name: str, passed: bool, detail: str) -> bool:
         self.stages.append(Stage(name, passed, detail))
+        self.progress.advance()
+        following = STAGES[STAGES.index(name) + 1:] if name in STAGES else ()
+        if passed and following:
+            self.progress.describe(f"dry run: {STAGE_DOING[following[0]]}")
         return passed
 
     def skip_rest(self) -> DryRunReport:
@@ -96,9 +113,11 @@ def _rank_steps(rank_logs: dict[int, logs.RankLog]) -> str:
 
 
 def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int, timeout: float,
-                args: tuple[str, ...] = ()) -> DryRunReport:
-    """Run the dry run in ``work`` (an empty directory the caller owns and may keep)."""
-    report = DryRunReport()
+                args: tuple[str, ...] = (), progress: Steps | None = None) -> DryRunReport:
+    """Run the dry run in ``work`` (an empty directory the caller owns and may keep);
+    ``progress`` advances once per stage (``len(STAGES)`` in all)."""
+    report = DryRunReport(progress=progress or Steps.none())
+    report.progress.describe(f"dry run: {STAGE_DOING['source']}")
     script = train_py.expanduser().resolve()
     contract = load_contract()
     try:
