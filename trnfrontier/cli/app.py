@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from trnfrontier import __version__
+from trnfrontier.cli import compare as compare_cmd
 from trnfrontier.cli import doctor as doctor_cmd
 from trnfrontier.cli import eval as eval_cmd
 from trnfrontier.cli import init as init_cmd
@@ -16,6 +17,7 @@ from trnfrontier.cli import package as package_cmd
 from trnfrontier.cli import prepare as prepare_cmd
 from trnfrontier.cli import profile as profile_cmd
 from trnfrontier.cli import recipes as recipes_cmd
+from trnfrontier.cli import runs as runs_cmd
 from trnfrontier.cli import train as train_cmd
 from trnfrontier.cli import verify as verify_cmd
 from trnfrontier.errors import TrnfError
@@ -97,6 +99,8 @@ app.command("verify")(verify_cmd.command)
 app.command("init")(init_cmd.command)
 app.command("doctor")(doctor_cmd.command)
 app.add_typer(recipes_cmd.app, name="recipes")
+app.add_typer(runs_cmd.app, name="runs")
+app.command("compare")(compare_cmd.command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -121,6 +121,9 @@ def command(
     )
     notes = err()
     document = evaluate(targets, options, progress=lambda line: notes.print(line))
+    from trnfrontier.ledger.record import record_eval
+
+    record_eval(document, warn=lambda line: notes.print(line, style="yellow"))
     results = document["results"]
     if len(results) == 1 and results[0]["status"] == "error":
         raise TrnfError(f"{results[0]['path']}: {results[0]['error']}")

@@ -121,11 +121,19 @@ def command(
     elif plan.replaces:
         err().print(f"starting again in {plan.run_dir} (the run there stopped before its first checkpoint)")
 
+    from trnfrontier.ledger import record
+
+    def warn(line: str) -> None:
+        err().print(line, style="yellow")
+
+    record.start_train(plan, recipe, list(ctx.args), nproc, lnc, warn)
     try:
         summary = run_plan(plan, live=True)
     except KeyboardInterrupt:
         err().print(stop_message(plan.run_dir, _rerun_command(recipe, list(ctx.args), plan.run_dir, nproc, lnc)))
         raise
+    finally:
+        record.index_run(plan.run_dir, warn)  # every run is in the ledger, finished or not
     if summary.get("status") in ("completed", "diverged"):
         _write_report(plan.run_dir, quiet=json_output)
     if json_output:

@@ -1,0 +1,62 @@
+"""Which of a run's scores stands for it, and when two scores are comparable at all.
+
+A run may hold several scores: the trainer's final one, and any `trnf eval` after it
+(more tokens, another context). Two scores are comparable only when they measured the
+same thing: same split, token count, sequence length, prepare.py, tokenizer and
+validation data. Different numbers of any of those are different questions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# What a score measured: the fields that must agree before two scores are compared.
+SETTING_FIELDS = ("split", "num_tokens", "seq_len", "prepare_sha256", "tokenizer_sha256", "data_id")
+FIELD_NAMES = {
+    "split": "validation split",
+    "num_tokens": "evaluation tokens",
+    "seq_len": "sequence length",
+    "prepare_sha256": "prepare.py SHA256",
+    "tokenizer_sha256": "tokenizer SHA256",
+    "data_id": "validation data",
+}
+
+
+def primary_score(
+    run: dict[str, Any], tokens: int | None = None, seq_len: int | None = None
+) -> dict[str, Any] | None:
+    """The valid score that stands for ``run``: the latest one with ``tokens`` and
+    ``seq_len`` when given; otherwise the trainer's own (the run's own settings), else the
+    latest `trnf eval` one. None when the run has no such score."""
+    valid = [
+        s
+        for s in run.get("scores", [])
+        if s.get("status") in (None, "ok")
+        and (tokens is None or s.get("num_tokens") == tokens)
+        and (seq_len is None or s.get("seq_len") == seq_len)
+    ]
+    if not valid:
+        return None
+    if tokens is None and seq_len is None:
+        trained = [s for s in valid if s.get("source") == "train"]
+        if trained:
+            return trained[-1]
+    return max(valid, key=lambda s: s.get("recorded") or 0.0)
+
+
+def setting(score: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(score.get(name) for name in SETTING_FIELDS)
+
+
+def describe_setting(score: dict[str, Any]) -> str:
+    tokens = score.get("num_tokens")
+    shown = f"{tokens:,}" if isinstance(tokens, int) else "?"
+    return f"{score.get('split') or '?'}, {shown} tokens, seq_len {score.get('seq_len') or '?'}"
+
+
+def first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """The first setting field on which two scores differ, in words; None when comparable."""
+    for name in SETTING_FIELDS:
+        if a.get(name) != b.get(name):
+            return FIELD_NAMES[name]
+    return None

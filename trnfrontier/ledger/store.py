@@ -1,0 +1,165 @@
+"""The SQLite ledger: an index of run directories under the data home.
+
+``$TRNF_LEDGER``, else ``$TRNF_HOME/ledger.sqlite``. Every row comes from files in a run
+directory (``reader.read_run``), so a lost or damaged ledger is rebuilt from them and a
+run is (re)indexed by replacing all its rows in one transaction. A rebuild writes a new
+file beside the old one and renames it into place: a reader never sees half a ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from trnfrontier.errors import TrnfError
+from trnfrontier.ledger.reader import RunEntry
+
+LEDGER_ENV = "TRNF_LEDGER"
+SCHEMA_VERSION = 1
+# Columns of the runs table, in order; JSON columns hold lists or objects.
+RUN_COLUMNS = (
+    "run_dir", "name", "recipe", "recipe_ref", "recipe_key", "overrides", "parent", "seed",
+    "git_commit", "git_dirty", "git_repo", "prepare_sha256", "tokenizer_sha256", "dataset",
+    "data_id", "device", "world_size", "lnc", "env", "status", "steps", "tokens",
+    "tokens_per_second", "charged_seconds", "params", "final_loss", "created", "finished",
+    "recipe_json",
+)  # fmt: skip
+SCORE_COLUMNS = (
+    "run_dir", "source", "val_bpb", "num_tokens", "num_bytes", "seq_len", "split",
+    "prepare_sha256", "tokenizer_sha256", "dataset", "data_id", "status", "recorded",
+)  # fmt: skip
+OFFICIAL_COLUMNS = ("run_dir", "official", "local_val_bpb", "local_num_tokens", "local_seq_len", "note", "recorded")
+JSON_COLUMNS = ("overrides", "env", "recipe_json")
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs ({", ".join(c + (" TEXT PRIMARY KEY" if c == "run_dir" else "") for c in RUN_COLUMNS)});
+CREATE TABLE IF NOT EXISTS scores ({", ".join(SCORE_COLUMNS)});
+CREATE TABLE IF NOT EXISTS official ({", ".join(OFFICIAL_COLUMNS)});
+CREATE INDEX IF NOT EXISTS scores_run ON scores (run_dir);
+CREATE INDEX IF NOT EXISTS official_run ON official (run_dir);
+"""
+
+
+def ledger_path() -> Path:
+    chosen = os.environ.get(LEDGER_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
+    home = Path(os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier").expanduser()
+    return home / "ledger.sqlite"
+
+
+class Ledger:
+    """An open ledger. Use as a context manager; every write is its own transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=30.0)
+            self.db.row_factory = sqlite3.Row
+            self.db.executescript(SCHEMA)
+            self.db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
+            self.db.commit()
+        except sqlite3.DatabaseError as exc:
+            raise TrnfError(
+                f"ledger {path} is unreadable ({exc}); rebuild it from the run directories with "
+                "`trnf runs rebuild runs/`"
+            ) from None
+        except OSError as exc:
+            raise TrnfError(f"ledger {path}: {exc}; set TRNF_LEDGER or --home to a writable place") from None
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def put(self, entry: RunEntry) -> None:
+        """Replace every row of one run with ``entry``'s."""
+        run = {**entry.run, "recipe_json": entry.recipe}
+        key = run["run_dir"]
+        with self.db:
+            for table in ("runs", "scores", "official"):
+                self.db.execute(f"DELETE FROM {table} WHERE run_dir = ?", (key,))  # noqa: S608 - fixed names
+            self._insert("runs", RUN_COLUMNS, [run])
+            self._insert("scores", SCORE_COLUMNS, [{**s, "run_dir": key} for s in entry.scores])
+            self._insert("official", OFFICIAL_COLUMNS, [{**o, "run_dir": key} for o in entry.official])
+
+    def _insert(self, table: str, columns: tuple[str, ...], rows: Iterable[dict[str, Any]]) -> None:
+        marks = ", ".join("?" for _ in columns)
+        self.db.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",  # noqa: S608 - fixed names
+            [tuple(_encode(column, row.get(column)) for column in columns) for row in rows],
+        )
+
+    def forget(self, run_dir: str) -> None:
+        with self.db:
+            for table in ("runs", "scores", "official"):
+                self.db.execute(f"DELETE FROM {table} WHERE run_dir = ?", (run_dir,))  # noqa: S608
+
+    # ------------------------------------------------------------------ reading
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run, oldest first, each with its ``scores`` and ``official`` lists."""
+        runs = [_decode(row) for row in self.db.execute("SELECT * FROM runs ORDER BY created, run_dir")]
+        scores = self._grouped("SELECT * FROM scores ORDER BY recorded")
+        official = self._grouped("SELECT * FROM official ORDER BY recorded")
+        for run in runs:
+            run["scores"] = scores.get(run["run_dir"], [])
+            run["official"] = official.get(run["run_dir"], [])
+        return runs
+
+    def _grouped(self, query: str) -> dict[str, list[dict[str, Any]]]:
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for row in self.db.execute(query):
+            record = dict(row)
+            grouped.setdefault(record.pop("run_dir"), []).append(record)
+        return grouped
+
+
+def _encode(column: str, value: Any) -> Any:
+    if column in JSON_COLUMNS:
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    record = dict(row)
+    for column in JSON_COLUMNS:
+        if record.get(column) is not None:
+            record[column] = json.loads(record[column])
+    if record.get("git_dirty") is not None:
+        record["git_dirty"] = bool(record["git_dirty"])
+    return record
+
+
+def open_ledger(path: Path | None = None) -> Ledger:
+    return Ledger(path or ledger_path())
+
+
+def rebuild(entries: Iterable[RunEntry], path: Path | None = None) -> int:
+    """Write a fresh ledger holding exactly ``entries`` and swap it in; returns the count."""
+    target = path or ledger_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".tmp-{target.name}-{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    count = 0
+    try:
+        with Ledger(temporary) as fresh:
+            for entry in entries:
+                fresh.put(entry)
+                count += 1
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return count
