@@ -4,6 +4,7 @@
 ``sample_home``: the offline sample dataset, prepared once per test session.
 ``tiny_models``: models with known logits (zero, random, peeking).
 ``tinyshakespeare``: ../shared/data/tinyshakespeare.txt, skipped when absent.
+``private_ledger`` (automatic): the run ledger of the session, in a temporary folder.
 ``restore_prepare_module``: a test that imports another prepare.py leaves ``prepare`` as it found it.
 """
 
@@ -37,6 +38,23 @@ def restore_prepare_module() -> Iterator[None]:
         sys.modules.pop("prepare", None)
     else:
         sys.modules["prepare"] = saved
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every `trnf train` / `trnf eval` a test runs records into the run ledger; keep that
+    ledger in the session's temporary folder, not in the shared sample home or ~/.cache.
+    A test that wants its own sets ``TRNF_LEDGER`` with ``monkeypatch.setenv``."""
+    path = tmp_path_factory.mktemp("ledger") / "ledger.sqlite"
+    saved = os.environ.get("TRNF_LEDGER")
+    os.environ["TRNF_LEDGER"] = str(path)
+    try:
+        yield path
+    finally:
+        if saved is None:
+            os.environ.pop("TRNF_LEDGER", None)
+        else:
+            os.environ["TRNF_LEDGER"] = saved
 
 
 @pytest.fixture(scope="session")

@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.runtime.atomic import atomic_write_json, fsync_dir
-
-PROVENANCE_FILE = "provenance.json"
-SCORES_FILE = "scores.jsonl"
-OFFICIAL_FILE = "official.jsonl"
+from trnfrontier.runtime.rundir import PROVENANCE_FILE
 
 # Variables that change what a run computes or how fast (compiler flags, core layout,
 # threads, which data), recorded with every run. Names that look like secrets never are.

@@ -13,18 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.ledger.provenance import (
+from trnfrontier.ledger.provenance import read_json, read_lines
+from trnfrontier.runtime.rundir import (
+    METRICS_FILE,
     OFFICIAL_FILE,
     PROVENANCE_FILE,
+    RECIPE_FILE,
     SCORES_FILE,
-    read_json,
-    read_lines,
+    SUMMARY_FILE,
 )
 
-# The trainer's file names (trnfrontier.runtime.trainer; not imported: it imports torch).
-RECIPE_FILE = "recipe.json"
-SUMMARY_FILE = "summary.json"
-METRICS_FILE = "metrics.jsonl"
 # Keys that name a run rather than configure it: runs differing only here are seeds of
 # one recipe.
 NOT_CONFIGURATION = (("name",), ("description",), ("runtime", "seed"))
@@ -81,7 +79,9 @@ def _train_score(summary: dict[str, Any], prov: dict[str, Any], when: float) -> 
     return {
         "source": "train",
         "val_bpb": float(value),
-        "num_tokens": summary.get("eval_num_tokens") or summary.get("eval_tokens"),
+        # The tokens asked for name the setting; the count evaluated is kept beside it.
+        "num_tokens": summary.get("eval_tokens") or summary.get("eval_num_tokens"),
+        "counted_tokens": summary.get("eval_num_tokens"),
         "num_bytes": summary.get("eval_num_bytes"),
         "seq_len": summary.get("eval_seq_len"),
         "split": summary.get("eval_split", "public_val"),

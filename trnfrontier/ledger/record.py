@@ -15,6 +15,7 @@ from typing import Any
 
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.ledger import provenance, reader, store
+from trnfrontier.runtime.rundir import OFFICIAL_FILE, SCORES_FILE
 
 DEFAULT_ROOTS = (Path("runs"),)
 Warn = Callable[[str], None]
@@ -100,7 +101,8 @@ def record_eval(document: dict[str, Any], warn: Warn) -> None:
         line = {
             "source": "eval",
             "val_bpb": float(value) if math.isfinite(value) else None,
-            "num_tokens": result.get("num_tokens"),
+            "num_tokens": result.get("tokens_requested") or result.get("num_tokens"),
+            "counted_tokens": result.get("num_tokens"),
             "num_bytes": result.get("num_bytes"),
             "seq_len": result.get("seq_len"),
             "split": document.get("split", "public_val"),
@@ -113,7 +115,7 @@ def record_eval(document: dict[str, Any], warn: Warn) -> None:
         if line["val_bpb"] is None:
             continue
         try:
-            provenance.append_line(run_dir / provenance.SCORES_FILE, line)
+            provenance.append_line(run_dir / SCORES_FILE, line)
         except OSError as exc:
             warn(f"ledger: score of {run_dir} not recorded ({exc})")
             continue
@@ -191,6 +193,6 @@ def record_official(runs: list[dict[str, Any]], ref: str, score: float, note: st
         "recorded": time.time(),
     }
     run_dir = Path(run["run_dir"])
-    provenance.append_line(run_dir / provenance.OFFICIAL_FILE, line)
+    provenance.append_line(run_dir / OFFICIAL_FILE, line)
     index_run(run_dir, warn=_raise)
     return line

@@ -14,7 +14,7 @@ from typing import Any
 SETTING_FIELDS = ("split", "num_tokens", "seq_len", "prepare_sha256", "tokenizer_sha256", "data_id")
 FIELD_NAMES = {
     "split": "validation split",
-    "num_tokens": "evaluation tokens",
+    "num_tokens": "evaluation tokens (asked for)",
     "seq_len": "sequence length",
     "prepare_sha256": "prepare.py SHA256",
     "tokenizer_sha256": "tokenizer SHA256",

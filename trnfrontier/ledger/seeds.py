@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.errors import TrnfError
-from trnfrontier.ledger import record
+from trnfrontier.ledger import reader, record
 from trnfrontier.ledger.groups import Group
 
 RUNS_DIR = Path("runs")
@@ -41,11 +41,12 @@ def missing_seeds(group: Group, wanted: int) -> list[int]:
     return seeds
 
 
-def _run_name(base: str, seed: int) -> str:
-    name = f"{base}-seed{seed}"
+def _run_name(base: str, key: str, seed: int) -> str:
+    """``cpu_smoke-3f2a1c-seed1338``: the configuration's key tells two sides' runs apart."""
+    name = f"{base}-{key[:6]}-seed{seed}"
     suffix = 2
     while (RUNS_DIR / name).exists():
-        name = f"{base}-seed{seed}-{suffix}"
+        name = f"{base}-{key[:6]}-seed{seed}-{suffix}"
         suffix += 1
     return name
 
@@ -58,7 +59,7 @@ def train_seed(group: Group, seed: int, say: Say, warn: Say) -> dict[str, Any]:
     assert group.recipe is not None
     recipe = copy.deepcopy(group.recipe)
     recipe["runtime"]["seed"] = seed
-    name = _run_name(str(recipe["name"]), seed)  # the recipe keeps its name: runs/<name> differs
+    name = _run_name(str(recipe["name"]), reader.recipe_key(recipe), seed)  # the recipe keeps its name: runs/<name> differs
     with tempfile.TemporaryDirectory(prefix="trnf-seed-") as scratch:
         path = Path(scratch) / f"{name}.json"
         path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML: load_recipe reads it

@@ -29,7 +29,7 @@ RUN_COLUMNS = (
     "recipe_json",
 )  # fmt: skip
 SCORE_COLUMNS = (
-    "run_dir", "source", "val_bpb", "num_tokens", "num_bytes", "seq_len", "split",
+    "run_dir", "source", "val_bpb", "num_tokens", "counted_tokens", "num_bytes", "seq_len", "split",
     "prepare_sha256", "tokenizer_sha256", "dataset", "data_id", "status", "recorded",
 )  # fmt: skip
 OFFICIAL_COLUMNS = ("run_dir", "official", "local_val_bpb", "local_num_tokens", "local_seq_len", "note", "recorded")
@@ -66,6 +66,7 @@ class Ledger:
                 "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
             )
             self.db.commit()
+            (version,) = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise TrnfError(
                 f"ledger {path} is unreadable ({exc}); rebuild it from the run directories with "
@@ -73,6 +74,12 @@ class Ledger:
             ) from None
         except OSError as exc:
             raise TrnfError(f"ledger {path}: {exc}; set TRNF_LEDGER or --home to a writable place") from None
+        if version != str(SCHEMA_VERSION):
+            self.db.close()
+            raise TrnfError(
+                f"ledger {path} has schema {version}, this trnf writes {SCHEMA_VERSION}; "
+                "rebuild it from the run directories with `trnf runs rebuild runs/`"
+            )
 
     def __enter__(self) -> Ledger:
         return self

@@ -16,6 +16,9 @@ Layout (docs/architecture.md has the table of every summary key)::
     checkpoints/step_XXXXXX/      resumable: model.safetensors, meta.json, optim.pt,
                                   rng.safetensors, state.json
     final/                        consolidated: model.safetensors, meta.json, final.pt
+    provenance.json               the tool's: recipe as given, overrides, git, env, data (PROVENANCE_FILE)
+    scores.jsonl                  the tool's: one line per `trnf eval` score (SCORES_FILE)
+    official.jsonl                the tool's: leaderboard scores recorded for it (OFFICIAL_FILE)
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ STEP_LOG_FILE = "step_boundaries.jsonl"
 SUMMARY_FILE = "summary.json"
 LOG_FILE = "train.log"
 CHECKPOINTS_DIR = "checkpoints"
+# Written by the tool, not the trainer (trnfrontier.ledger): the run ledger indexes them.
+PROVENANCE_FILE = "provenance.json"
+SCORES_FILE = "scores.jsonl"
+OFFICIAL_FILE = "official.jsonl"
 FINAL_DIR = "final"
 # Inside a checkpoint directory (step_XXXXXX/ or final/).
 MODEL_FILE = "model.safetensors"
