@@ -64,7 +64,9 @@ def test_ctrl_c_before_the_first_checkpoint_suggests_a_rerun_that_works(sample_h
     assert "nothing to resume" in message and f"`trnf train cpu_smoke --out {run}`" in message
     assert "--resume" not in message
 
-    # The suggested command is accepted into the same folder, and starts clean there.
+    # The suggested command is accepted into the same folder, and starts clean there
+    # (the ledger's provenance.json, which `trnf train` writes first, is no obstacle).
+    (run / "provenance.json").write_text("{}")
     assert restartable(run)
     plan = training.plan_new_run("cpu_smoke", [], out=run)
     assert plan.replaces and not plan.resume
@@ -97,7 +99,7 @@ def test_trnf_train_ctrl_c_prints_the_rerun_line(
     sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def interrupted(plan: training.RunPlan, **_: object) -> dict:
-        plan.run_dir.mkdir(parents=True)
+        plan.run_dir.mkdir(parents=True, exist_ok=True)  # trnf train wrote provenance.json there
         raise KeyboardInterrupt
 
     monkeypatch.setattr(training, "run_plan", interrupted)

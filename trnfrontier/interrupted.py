@@ -23,6 +23,7 @@ from trnfrontier.runtime.rundir import (
     LOG_FILE,
     META_FILE,
     METRICS_FILE,
+    PROVENANCE_FILE,
     RECIPE_FILE,
     STEP_LOG_FILE,
     SUMMARY_FILE,
@@ -31,6 +32,9 @@ from trnfrontier.runtime.rundir import (
 
 # What a recipe run writes before its first complete checkpoint.
 _EARLY_FILES = frozenset({RECIPE_FILE, METRICS_FILE, STEP_LOG_FILE, SUMMARY_FILE, LOG_FILE, CHECKPOINTS_DIR})
+# ... and what `trnf train` writes beside them (the ledger's provenance): allowed in a
+# restartable folder, but not cleared, since the new start has already rewritten it.
+_TOOL_FILES = frozenset({PROVENANCE_FILE})
 
 
 def checkpoint_meta(checkpoint: Path) -> dict[str, Any]:
@@ -78,7 +82,7 @@ def restartable(run_dir: Path) -> bool:
     if not run_dir.is_dir():
         return False
     names = {child.name for child in run_dir.iterdir()}
-    if RECIPE_FILE not in names or not names <= _EARLY_FILES:
+    if RECIPE_FILE not in names or not names <= _EARLY_FILES | _TOOL_FILES:
         return False
     if latest_checkpoint(run_dir) is not None:
         return False
