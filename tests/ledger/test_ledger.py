@@ -165,3 +165,14 @@ def test_show_and_plots(ledger_env: Path, capsys) -> None:
     assert code == 0 and Path("speed.png").stat().st_size > 1000, err
     code, _, err = run_cli(["runs", "plot"], capsys)
     assert code == 2 and "give the runs" in err
+
+
+def test_only_a_runs_final_model_scores_for_it(tmp_path: Path) -> None:
+    run = make_run(tmp_path, "r", 0.95)
+    (run / "final").mkdir()
+    (run / "checkpoints" / "step_000010").mkdir(parents=True)
+    assert reader.run_dir_of(run) == run.resolve()
+    assert reader.run_dir_of(run / "final") == run.resolve()
+    assert reader.run_dir_of(run / "final" / "final.pt") == run.resolve()
+    assert reader.run_dir_of(run / "checkpoints" / "step_000010") is None
+    assert reader.run_dir_of(tmp_path) is None

@@ -15,6 +15,7 @@ from typing import Any
 
 from trnfrontier.ledger.provenance import read_json, read_lines
 from trnfrontier.runtime.rundir import (
+    FINAL_DIR,
     METRICS_FILE,
     OFFICIAL_FILE,
     PROVENANCE_FILE,
@@ -173,13 +174,16 @@ def _children(path: Path) -> list[Path]:
 
 
 def run_dir_of(path: Path) -> Path | None:
-    """The run directory holding a checkpoint path (``runs/x``, ``runs/x/final``,
-    ``runs/x/final/final.pt``, ``runs/x/checkpoints/step_000010``), or None."""
+    """The run whose final model ``path`` is (``runs/x``, ``runs/x/final``,
+    ``runs/x/final/final.pt``), or None: an intermediate checkpoint
+    (``runs/x/checkpoints/step_000010``) is not the run's model, so its score is not the run's."""
     current = path.resolve()
-    for candidate in (current, *current.parents[:3]):
-        if is_run_dir(candidate):
-            return candidate
-    return None
+    candidates = [current]
+    if current.name == FINAL_DIR:
+        candidates.append(current.parent)
+    elif current.parent.name == FINAL_DIR:
+        candidates.append(current.parent.parent)
+    return next((c for c in candidates if is_run_dir(c)), None)
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:

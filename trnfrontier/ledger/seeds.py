@@ -9,11 +9,12 @@ so sides started together end up on the same seeds.
 from __future__ import annotations
 
 import copy
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from trnfrontier.errors import TrnfError
 from trnfrontier.ledger import reader, record
@@ -61,8 +62,10 @@ def train_seed(group: Group, seed: int, say: Say, warn: Say) -> dict[str, Any]:
     recipe["runtime"]["seed"] = seed
     name = _run_name(str(recipe["name"]), reader.recipe_key(recipe), seed)  # the recipe keeps its name: runs/<name> differs
     with tempfile.TemporaryDirectory(prefix="trnf-seed-") as scratch:
-        path = Path(scratch) / f"{name}.json"
-        path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML: load_recipe reads it
+        path = Path(scratch) / f"{name}.yaml"
+        # safe_dump writes floats YAML reads back as floats (1.0e-10, where JSON's 1e-10
+        # would be a string to YAML 1.1).
+        path.write_text(yaml.safe_dump(recipe, sort_keys=False), encoding="utf-8")
         plan = plan_new_run(str(path), [], name=name)
     ref = group.recipe_ref or str(recipe["name"])
     recipe_path = resolve_recipe_path(ref) if group.recipe_ref else None
