@@ -67,6 +67,12 @@ def test_an_equal_pair_is_no_significant_difference(ledger_env: Path, capsys) ->
     assert "more seeds per side would resolve" in doc["message"] or "below what seeds can resolve" in doc["message"]
     if doc["seeds_to_resolve"] is not None:
         assert doc["seeds_to_resolve"] >= 1
+    # A difference of 10 spreads needs no more seeds than the 4 a side has; a tenth of a spread, hundreds.
+    assert compare_json(capsys, "base-*", "same-*", "--resolve", "0.003")["seeds_to_resolve"] == 0
+    tiny = compare_json(capsys, "base-*", "same-*", "--resolve", "0.00003")
+    assert tiny["seeds_to_resolve"] is None and "below what seeds can resolve" in tiny["message"]
+    code, _, err = run_cli(["compare", "base-*", "same-*", "--resolve", "0"], capsys)
+    assert code == 2 and "--resolve" in one_error(err)
 
 
 def test_one_run_per_side_says_it_cannot_know(ledger_env: Path, capsys) -> None:

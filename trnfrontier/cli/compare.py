@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trnfrontier.console import err, keep_wide, out, print_json
+from trnfrontier.errors import UsageError
 
 
 def render(document: dict[str, Any], console: Console) -> None:
@@ -53,13 +54,13 @@ def render(document: dict[str, Any], console: Console) -> None:
 
 
 def command(
-    a: str = typer.Argument(..., help="Side A: a run (its seeds), a glob of run names, a comma list, or a recipe [with overrides]."),
+    a: str = typer.Argument(..., help="Side A: a run (its seeds), a glob of run names, a comma list, or a recipe with overrides in one quoted argument ('muon_gqa optim.matrix_lr=0.03')."),
     b: str = typer.Argument(..., help="Side B, as A."),
     seeds: int | None = typer.Option(None, "--seeds", min=1, help="First train the seeds each side lacks to have N runs."),
     tokens: int | None = typer.Option(None, "--tokens", min=1, help="Compare scores of this many evaluation tokens."),
     seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Compare scores at this sequence length."),
     confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, help="Confidence level of the interval and test."),
-    resolve: float | None = typer.Option(None, "--resolve", min=0.0, help="The difference worth resolving (default: the observed one)."),
+    resolve: float | None = typer.Option(None, "--resolve", help="The difference worth resolving, in val_bpb (default: the observed one)."),
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """Is B better than A, by how much, how sure (and on the leaderboard, where official scores were recorded).
@@ -71,6 +72,8 @@ def command(
     from trnfrontier.ledger.groups import resolve_group
     from trnfrontier.ledger.record import load_runs
 
+    if resolve is not None and not resolve > 0:
+        raise UsageError(f"--resolve {resolve}: give a positive difference in val_bpb (0.001, say)")
     notes = err()
 
     def note(line: str) -> None:
