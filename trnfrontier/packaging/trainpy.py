@@ -38,7 +38,7 @@ RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
 DEVICE_ENV = "TRNF_DEVICE"
 OUT_DIR = KIT_OUT_DIR
 # Modules train.py itself calls; everything they import comes along.
-_ROOTS = ["trainer", "checkpoint", "rundir"]
+_ROOTS = ["trainer", "checkpoint", "rundir", "recipe"]
 _NO_KERNELS = "this single-file train.py carries no NKI kernel dispatch (`trnf package` without --single-file ships it)"
 
 # The names the generated code defines after the runtime (checked against it when inlining).
@@ -79,7 +79,7 @@ def effective_recipe(recipe: dict, environ=os.environ) -> dict:
         seq = int(r["model"]["sequence_len"])
         data = r["data"]
         total = data.get("total_batch_tokens")
-        accum = int(total) // (int(data["batch_size"]) * seq * world) if total else 1
+        accum = grad_accum_steps(int(data["batch_size"]), seq, world, total)
         data["batch_size"] = min(int(data["batch_size"]), 2)
         data["total_batch_tokens"] = data["batch_size"] * seq * world * min(accum, 2) if total else None
         r["budget"]["max_steps"] = int(steps)
@@ -167,6 +167,7 @@ def render_train_py(
             "from __future__ import annotations\n\n"
             "import copy\nimport os\nimport shutil\nimport sys\nfrom pathlib import Path\n\nimport torch\n\n"
             "from trnfrontier.runtime.checkpoint import load_for_eval as _load_checkpoint\n"
+            "from trnfrontier.runtime.recipe import grad_accum_steps\n"
             "from trnfrontier.runtime.rundir import (\n"
             "    COMPLETED,\n    FINAL_DIR,\n    KIT_FILE,\n    META_FILE,\n    MODEL_FILE,\n    STEP_LOG_ENV,\n    exit_code_for,\n)\n"
             "from trnfrontier.runtime.trainer import train\n"

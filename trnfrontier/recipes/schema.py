@@ -16,6 +16,7 @@ from trnfrontier.runtime.budget_rule import (
     STARTUP_CAP_SECONDS,
     STARTUP_STEPS_EXCLUDED,
 )
+from trnfrontier.runtime.recipe import ResolvedRecipe, grad_accum_steps, model_shape
 
 COMPETITION_BUDGET_SECONDS = BUDGET_SECONDS
 # Seeds feed torch.manual_seed, numpy and random: a non-negative 64-bit signed integer
@@ -50,26 +51,15 @@ class ModelSection(Section):
 
     @model_validator(mode="after")
     def _shapes(self) -> ModelSection:
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)")
-        width = self.resolved_n_embd()
-        n_head = self.n_head if self.n_head is not None else width // self.head_dim
-        if n_head < 1:
-            raise ValueError(f"n_embd={width} is smaller than head_dim={self.head_dim}")
-        if self.n_head is not None and self.n_head * self.head_dim != width:
-            raise ValueError(f"n_head x head_dim = {self.n_head} x {self.head_dim} != n_embd={width}")
-        if width % self.head_dim:
-            raise ValueError(f"n_embd={width} is not a multiple of head_dim={self.head_dim}")
-        n_kv = self.n_kv_head if self.n_kv_head is not None else n_head
-        if n_kv > n_head or n_head % n_kv:
-            raise ValueError(f"n_kv_head={n_kv} must divide n_head={n_head} (grouped-query attention)")
+        self.shape()  # RecipeError is a ValueError: pydantic reports it on this section
         return self
 
+    def shape(self) -> tuple[int, int, int]:
+        """(n_embd, n_head, n_kv_head), derived as the runtime derives them."""
+        return model_shape(self.depth, self.aspect_ratio, self.head_dim, self.n_embd, self.n_head, self.n_kv_head)
+
     def resolved_n_embd(self) -> int:
-        if self.n_embd is not None:
-            return self.n_embd
-        raw = self.depth * self.aspect_ratio
-        return -(-raw // self.head_dim) * self.head_dim
+        return self.shape()[0]
 
 
 class OptimSection(Section):
@@ -227,15 +217,13 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _batch_geometry(self) -> Recipe:
-        micro = self.data.batch_size * self.model.sequence_len * self.runtime.nproc
-        total = self.data.total_batch_tokens
-        if total is not None and total % micro:
-            raise ValueError(
-                f"data.total_batch_tokens={total} is not a multiple of batch_size x sequence_len x nproc "
-                f"= {self.data.batch_size} x {self.model.sequence_len} x {self.runtime.nproc} = {micro}"
-            )
+        self.grad_accum_steps()  # RecipeError (a ValueError) when the geometry does not divide
         return self
 
     def grad_accum_steps(self) -> int:
-        micro = self.data.batch_size * self.model.sequence_len * self.runtime.nproc
-        return (self.data.total_batch_tokens or micro) // micro
+        """Micro-steps per optimizer step with ``runtime.nproc`` processes."""
+        return grad_accum_steps(self.data.batch_size, self.model.sequence_len, self.runtime.nproc, self.data.total_batch_tokens)
+
+    def resolved(self) -> ResolvedRecipe:
+        """The typed resolved recipe the runtime trains from."""
+        return ResolvedRecipe.from_dict(self.model_dump(mode="json"))

@@ -30,6 +30,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from trnfrontier.runtime import ops
+from trnfrontier.runtime.recipe import ModelSpec, RecipeError, model_spec
 
 # The value-embedding gate reads only the first channels of the block input: a cheap,
 # input-dependent scalar per KV head.
@@ -87,33 +88,25 @@ class GPTConfig:
         return config
 
     @classmethod
-    def from_recipe(cls, model_section: dict[str, Any]) -> GPTConfig:
-        """Shapes from a resolved recipe's ``model`` section, derived as schema.py does:
-        width = depth x aspect_ratio rounded up to a multiple of head_dim unless n_embd is
-        given; n_head = n_embd // head_dim unless given; n_kv_head defaults to n_head."""
-        m = model_section
-        head_dim = int(m.get("head_dim", 128))
-        n_embd = m.get("n_embd")
-        if n_embd is None:
-            raw = int(m["depth"]) * int(m.get("aspect_ratio", 64))
-            n_embd = -(-raw // head_dim) * head_dim
-        n_embd = int(n_embd)
-        n_head = m.get("n_head")
-        n_head = int(n_head) if n_head is not None else n_embd // head_dim
-        if n_head * head_dim != n_embd:
-            raise ValueError(f"n_head x head_dim = {n_head} x {head_dim} != n_embd={n_embd}")
-        n_kv_head = m.get("n_kv_head")
+    def from_recipe(cls, model_section: ModelSpec | dict[str, Any]) -> GPTConfig:
+        """Shapes from a resolved recipe's ``model`` section (a dict may leave keys to their
+        defaults), derived by ``recipe.model_shape``, the same function the schema uses."""
+        m = model_spec(model_section)
+        try:
+            n_embd, n_head, n_kv_head = m.shape()
+        except RecipeError as exc:
+            raise ValueError(str(exc)) from None
         return cls(
-            vocab_size=int(m.get("vocab_size", 8192)),
-            sequence_len=int(m.get("sequence_len", 1024)),
-            n_layer=int(m["depth"]),
+            vocab_size=m.vocab_size,
+            sequence_len=m.sequence_len,
+            n_layer=m.depth,
             n_head=n_head,
-            n_kv_head=int(n_kv_head) if n_kv_head is not None else n_head,
+            n_kv_head=n_kv_head,
             n_embd=n_embd,
-            mlp_ratio=int(m.get("mlp_ratio", 4)),
-            softcap=float(m.get("softcap", 15.0)),
-            value_embeds=bool(m.get("value_embeds", False)),
-            rope_base=float(m.get("rope_base", 10000.0)),
+            mlp_ratio=m.mlp_ratio,
+            softcap=float(m.softcap),
+            value_embeds=bool(m.value_embeds),
+            rope_base=float(m.rope_base),
         )
 
 

@@ -1,6 +1,7 @@
 """The budgeted training loop: ``train(recipe, out_dir, resume=False) -> summary``.
 
-``recipe`` is the resolved recipe (``Recipe.model_dump(mode="json")``), read key by key.
+``recipe`` is the resolved recipe (``Recipe.model_dump(mode="json")``), typed on entry as
+``recipe.ResolvedRecipe`` (a missing or unknown key stops the run before anything starts).
 One call trains one run directory (layout in docs/architecture.md): it seeds everything,
 builds the model and optimizers, accumulates gradients up to ``data.total_batch_tokens``,
 drives the LR by the charged fraction of the budget (or by steps), stops when the
@@ -14,6 +15,7 @@ leads to a collective (stop, diverged, evaluate, checkpoint) is OR-ed over ranks
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
@@ -39,6 +41,7 @@ from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
+from trnfrontier.runtime.recipe import EvalSpec, RecipeError, ResolvedRecipe
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
@@ -74,16 +77,6 @@ def versions() -> dict[str, str | None]:
     except Exception:  # noqa: BLE001 - a vendored runtime has no distribution metadata
         trnf = getattr(sys.modules.get("trnfrontier"), "__version__", None)
     return {"python": platform.python_version(), "torch": torch.__version__, "trnf": trnf}
-
-
-def _grad_accum_steps(recipe: dict[str, Any], world: int) -> int:
-    micro = recipe["data"]["batch_size"] * recipe["model"]["sequence_len"] * world
-    total = recipe["data"].get("total_batch_tokens") or micro
-    if total % micro:
-        raise TrainingError(
-            f"data.total_batch_tokens={total} is not a multiple of batch_size x sequence_len x world_size = {micro}"
-        )
-    return total // micro
 
 
 def choose_kernels(kernels_cfg: dict[str, str] | None, device: torch.device) -> dict[str, str]:
@@ -127,7 +120,7 @@ class Trainer:
 
     def __init__(
         self,
-        recipe: dict[str, Any],
+        recipe: ResolvedRecipe,
         out_dir: Path,
         resume: bool,
         prepare: ModuleType,
@@ -147,24 +140,27 @@ class Trainer:
         self.device = spec.device
         self.main = info.is_main
         r = recipe
-        self.batch_size = int(r["data"]["batch_size"])
-        self.seq_len = int(r["model"]["sequence_len"])
-        self.accum = _grad_accum_steps(r, info.world_size)
+        self.batch_size = r.data.batch_size
+        self.seq_len = r.model.sequence_len
+        try:
+            self.accum = r.grad_accum_steps(info.world_size)
+        except RecipeError as exc:
+            raise TrainingError(str(exc)) from None
         self.tokens_per_step = self.batch_size * self.seq_len * info.world_size * self.accum
 
-        seed_everything(int(r["runtime"]["seed"]))
+        seed_everything(r.runtime.seed)
         self.tokenizer = prepare.ensure_tokenizer()
         vocab = self.tokenizer.get_vocab_size()
-        if vocab != int(r["model"]["vocab_size"]):
+        if vocab != r.model.vocab_size:
             raise TrainingError(
-                f"model.vocab_size={r['model']['vocab_size']} but the tokenizer has {vocab} tokens"
+                f"model.vocab_size={r.model.vocab_size} but the tokenizer has {vocab} tokens"
             )
         # Kernels are chosen before the model is built, so every op the model calls is the
         # recipe's choice; KernelUnavailableError (a kernel set to "on" that cannot run) stops here.
-        self.kernels = choose_kernels(r.get("kernels"), self.device)
+        self.kernels = choose_kernels(r.kernels, self.device)
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
-        self.model = GPT(GPTConfig.from_recipe(r["model"])).to(self.device)
-        self.optimizers = build_optimizers(self.model, r["optim"])
+        self.model = GPT(GPTConfig.from_recipe(r.model)).to(self.device)
+        self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim))
         self.params = self.model.num_params()
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.prepare_sha256 = sha256_file(prepare.__file__)
@@ -177,7 +173,7 @@ class Trainer:
         if resume:
             self._restore()
 
-        module, ddp = step_module(self.model, self.device, info, bool(r["runtime"]["compile"]))
+        module, ddp = step_module(self.model, self.device, info, r.runtime.compile)
         self.stepper = TrainStep(
             self.model,
             self.optimizers,
@@ -186,7 +182,7 @@ class Trainer:
             self.device,
             self.spec.dtype,
             self.accum,
-            float(r["optim"]["grad_clip"]),
+            r.optim.grad_clip,
         )
         self.metrics = MetricsWriter(out_dir / METRICS_FILE, enabled=self.main)
 
@@ -224,7 +220,7 @@ class Trainer:
             "tokens": self.tokens,
             "charged_seconds": clock.charged_seconds(),
             "excluded_seconds": accounting["excluded_seconds"],
-            "recipe": self.recipe,
+            "recipe": self.recipe.to_dict(),
             "params": self.params,
             "world_size": self.info.world_size,
             "device": self.spec.name,
@@ -259,7 +255,7 @@ class Trainer:
         names no validation data itself, as the organisers' static screen requires."""
         with devices.autocast(self.device, self.spec.dtype):
             return recipe_evaluate_bpb(
-                self.prepare, self.model, self.tokenizer, self.device, self.recipe["eval"]
+                self.prepare, self.model, self.tokenizer, self.device, self.recipe.eval
             )
 
     def _make_loaders(self) -> list[Any]:
@@ -306,17 +302,17 @@ class Trainer:
         return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
 
     def _progress(self, clock: BudgetClock) -> float:
-        s = self.recipe["schedule"]
-        if s["mode"] == "steps":
-            return progress_from_steps(self.step, int(s["total_steps"]))
+        s = self.recipe.schedule
+        if s.mode == "steps" and s.total_steps is not None:
+            return progress_from_steps(self.step, s.total_steps)
         return clock.progress()
 
     def _step_limit_reached(self) -> str:
         """The step-count limits (the same on every rank: no collective needed)."""
-        b, s = self.recipe["budget"], self.recipe["schedule"]
-        if b.get("max_steps") and self.step >= int(b["max_steps"]):
+        b, s = self.recipe.budget, self.recipe.schedule
+        if b.max_steps and self.step >= b.max_steps:
             return "max_steps"
-        if s["mode"] == "steps" and self.step >= int(s["total_steps"]):
+        if s.mode == "steps" and s.total_steps is not None and self.step >= s.total_steps:
             return "total_steps"
         return ""
 
@@ -326,18 +322,12 @@ class Trainer:
 
     def _apply_schedule(self, clock: BudgetClock) -> float:
         """Set this step's LRs and Muon momentum; return the LR multiplier (for the log)."""
-        sched, o = self.recipe["schedule"], self.recipe["optim"]
+        sched, o = self.recipe.schedule, self.recipe.optim
         lrm = lr_multiplier(
-            self._progress(clock),
-            sched["warmup_frac"],
-            sched["warmdown_frac"],
-            sched["final_lr_frac"],
+            self._progress(clock), sched.warmup_frac, sched.warmdown_frac, sched.final_lr_frac
         )
         mom = muon_momentum(
-            self.step,
-            o["muon_momentum_warmup_start"],
-            o["muon_momentum"],
-            o["muon_momentum_warmup_steps"],
+            self.step, o.muon_momentum_warmup_start, o.muon_momentum, o.muon_momentum_warmup_steps
         )
         apply_schedule(self.optimizers, lrm, mom)
         return lrm
@@ -363,12 +353,12 @@ class Trainer:
 
     def begin(self) -> _Loop:
         """The loop's state: the budget clock (from the process start), the data streams."""
-        b = self.recipe["budget"]
+        b = self.recipe.budget
         clock = BudgetClock(
-            b["seconds"],
-            b["startup_steps_excluded"],
-            b["startup_allowance_cap_seconds"],
-            b["checkpoint_reserve_seconds"],
+            b.seconds,
+            b.startup_steps_excluded,
+            b.startup_allowance_cap_seconds,
+            b.checkpoint_reserve_seconds,
             time_fn=self.time_fn,
             on_boundary=self.prepare.record_step_boundary,
             start_time=self.start_time
@@ -391,7 +381,7 @@ class Trainer:
             loop.stop_reason = limit
             return None
         clock, loaders = loop.clock, loop.loaders
-        max_loss = float(self.recipe["run"]["max_loss"])
+        max_loss = float(self.recipe.run.max_loss)
         clock.step_started()
         loop.lrm = self._apply_schedule(clock)
 
@@ -432,9 +422,9 @@ class Trainer:
     def periodic(self, loop: _Loop, result: StepResult) -> bool:
         """After a step: log, evaluate and checkpoint when due; True when the run stops.
         Each decision is OR-ed over ranks, since evaluation and checkpoints are collective."""
-        e, run_cfg, clock = self.recipe["eval"], self.recipe["run"], loop.clock
+        run_cfg, clock = self.recipe.run, loop.clock
         now = loop.step_end
-        ckpt_every, eval_every = run_cfg.get("checkpoint_every_seconds"), e.get("every_seconds")
+        ckpt_every, eval_every = run_cfg.checkpoint_every_seconds, self.recipe.eval.every_seconds
         reason = self._stop_reason(clock)
         eval_local = bool(eval_every) and now - loop.last_eval >= float(eval_every)
         ckpt_local = bool(ckpt_every) and now - loop.last_ckpt >= float(ckpt_every)
@@ -442,7 +432,7 @@ class Trainer:
             [bool(reason), eval_local, ckpt_local], self.device
         )
         record: dict[str, Any] = {}
-        if self.step % int(run_cfg["log_every_steps"]) == 0 or stop or eval_due:
+        if self.step % run_cfg.log_every_steps == 0 or stop or eval_due:
             record = self._record(loop, result.loss, now)
         if eval_due and not stop:
             record["val_bpb"] = self._evaluate()["val_bpb"]
@@ -450,7 +440,7 @@ class Trainer:
         if record:
             self.metrics.write(record)
             if self.main:
-                print(_format_record(record, self.recipe["budget"]["seconds"]), flush=True)
+                print(_format_record(record, self.recipe.budget.seconds), flush=True)
         if ckpt_due and not stop:
             self._save_checkpoint(clock)
             loop.last_ckpt = self.time_fn()
@@ -467,7 +457,7 @@ class Trainer:
         record: dict[str, Any] = {
             "step": self.step,
             "loss": loop.last_loss,
-            "lr": loop.lrm * float(self.recipe["optim"]["matrix_lr"]),
+            "lr": loop.lrm * float(self.recipe.optim.matrix_lr),
             "lrm": loop.lrm,
             "tokens": self.tokens,
             "tokens_per_second": tps,
@@ -482,7 +472,7 @@ class Trainer:
 
     def finish(self, loop: _Loop) -> dict[str, Any]:
         """The final checkpoint and its trusted evaluation (completed runs), summary.json."""
-        clock, e = loop.clock, self.recipe["eval"]
+        clock, e = loop.clock, self.recipe.eval
         accounting = clock.summary()
         tokens_per_second = None
         last_boundary = clock.last_boundary_time
@@ -502,9 +492,9 @@ class Trainer:
             # The scored number comes from one process on one device, exactly as `trnf eval`
             # and the organisers' eval-public compute it: leave the process group first.
             distributed.shutdown()
-            if self.main and e["final"] and final_path is not None:
+            if self.main and e.final and final_path is not None:
                 print(
-                    f"{FINAL_EVAL_MARK} {int(e['tokens']):,} tokens, the trusted evaluate_bpb of {final_path}",
+                    f"{FINAL_EVAL_MARK} {e.tokens:,} tokens, the trusted evaluate_bpb of {final_path}",
                     flush=True,
                 )
                 evaluation = final_evaluation(
@@ -530,15 +520,15 @@ class Trainer:
         evaluation: dict[str, Any] | None,
     ) -> dict[str, Any]:
         """summary.json of a completed or diverged run (rundir.RunSummary)."""
-        e = self.recipe["eval"]
+        e = self.recipe.eval
         return {
-            "name": self.recipe["name"],
+            "name": self.recipe.name,
             "status": loop.status,
             "stop_reason": loop.stop_reason,
             "val_bpb": evaluation["val_bpb"] if evaluation else None,
-            "eval_tokens": int(e["tokens"]),
-            "eval_seq_len": int(e["seq_len"]),
-            "eval_batch_size": int(e["batch_size"]),
+            "eval_tokens": e.tokens,
+            "eval_seq_len": e.seq_len,
+            "eval_batch_size": e.batch_size,
             "eval_num_tokens": evaluation["num_tokens"] if evaluation else None,
             "eval_num_bytes": evaluation["num_bytes"] if evaluation else None,
             "eval_seconds": evaluation["eval_seconds"] if evaluation else None,
@@ -552,7 +542,7 @@ class Trainer:
             "startup_seconds": accounting["startup_seconds"],
             "headroom_seconds": accounting["headroom_seconds"],
             "over_budget": accounting["over_budget"],
-            "budget_seconds": float(self.recipe["budget"]["seconds"]),
+            "budget_seconds": float(self.recipe.budget.seconds),
             "device": self.spec.name,
             "kernels": self.kernels,
             "dtype": str(self.spec.dtype).removeprefix("torch."),
@@ -572,7 +562,7 @@ def final_evaluation(
     tokenizer: Any,
     checkpoint: Path,
     device: torch.device,
-    eval_cfg: dict[str, Any],
+    eval_cfg: EvalSpec,
 ) -> dict[str, Any]:
     """The trusted evaluate_bpb of a saved checkpoint, as a scorer runs it: reloaded through
     load_for_eval (float32 weights, eval mode, one device), no autocast, one process.
@@ -588,7 +578,7 @@ def recipe_evaluate_bpb(
     model: nn.Module,
     tokenizer: Any,
     device: torch.device,
-    eval_cfg: dict[str, Any],
+    eval_cfg: EvalSpec,
 ) -> dict[str, Any]:
     """The trusted ``evaluate_bpb`` with the recipe's ``eval`` batch size, context and
     token count. A name of its own, not ``evaluate_bpb``: screens treat calls by that name
@@ -596,10 +586,10 @@ def recipe_evaluate_bpb(
     return prepare.evaluate_bpb(
         model,
         tokenizer,
-        int(eval_cfg["batch_size"]),
-        seq_len=int(eval_cfg["seq_len"]),
+        eval_cfg.batch_size,
+        seq_len=eval_cfg.seq_len,
         device=device,
-        max_tokens=int(eval_cfg["tokens"]),
+        max_tokens=eval_cfg.tokens,
     )
 
 
@@ -616,7 +606,7 @@ def _format_record(record: dict[str, Any], budget: float) -> str:
 
 
 def train(
-    recipe: dict[str, Any],
+    recipe: dict[str, Any] | ResolvedRecipe,
     out_dir: Path,
     resume: bool = False,
     step_log: Path | None = None,
@@ -629,21 +619,24 @@ def train(
     ``out_dir/step_boundaries.jsonl``); a generated train.py passes the path its launcher
     set in ``TRNF_STEP_LOG`` (kit-mode `trnf train --train-py`, verify's dry run).
     ``time_fn``: see ``Trainer``; a fresh process (entry.py, a packaged train.py) leaves it None.
+    ``recipe``: the resolved recipe, as plain data (recipe.json, a train.py's RECIPE) or typed.
     """
+    if not isinstance(recipe, ResolvedRecipe):
+        recipe = ResolvedRecipe.from_dict(recipe)
     out_dir = Path(out_dir).resolve()
     info = distributed.dist_info()
-    runtime = recipe["runtime"]
-    if runtime.get("threads"):
-        torch.set_num_threads(int(runtime["threads"]))
-    if recipe["data"].get("dataset"):
-        os.environ["TRNF_DATASET"] = str(recipe["data"]["dataset"])
+    runtime = recipe.runtime
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    if recipe.data.dataset:
+        os.environ["TRNF_DATASET"] = recipe.data.dataset
     os.environ[STEP_LOG_ENV] = str(
         Path(step_log).resolve() if step_log else out_dir / STEP_LOG_FILE
     )
-    if runtime["device"] in ("neuron", "auto"):
-        os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime["lnc"]))
+    if runtime.device in ("neuron", "auto"):
+        os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime.lnc))
     prepare = load_prepare()
-    spec = devices.resolve(runtime, info.local_rank)
+    spec = devices.resolve(dataclasses.asdict(runtime), info.local_rank)
     if info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
     distributed.init(spec.device, info)
@@ -658,12 +651,12 @@ def train(
         distributed.shutdown()
 
 
-def _write_crash_summary(out_dir: Path, recipe: dict[str, Any], exc: BaseException) -> None:
+def _write_crash_summary(out_dir: Path, recipe: ResolvedRecipe, exc: BaseException) -> None:
     """A crashed run still leaves a summary naming what went wrong (no traceback parsing)."""
     try:
         write_crash_summary(
             out_dir,
-            name=recipe.get("name"),
+            name=recipe.name,
             error=f"{type(exc).__name__}: {exc}",
             last_good_checkpoint=ckpt.latest_checkpoint(out_dir),
             versions=versions(),
