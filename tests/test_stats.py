@@ -122,3 +122,22 @@ def test_seeds_to_resolve_matches_the_power_it_promises() -> None:
         for _ in range(300)
     )
     assert 0.72 <= hits / 300 <= 0.92
+
+
+def test_paired_removes_what_the_pair_shares() -> None:
+    rng = random.Random(9)
+    shared = [rng.gauss(0, 0.003) for _ in range(5)]  # seed-to-seed spread 10x the effect
+    a = [0.95 + s + rng.gauss(0, 0.0001) for s in shared]
+    b = [0.9497 + s + rng.gauss(0, 0.0001) for s in shared]
+    unpaired, by_pair = stats.welch(a, b), stats.paired(a, b)
+    assert unpaired.p_value > 0.5 and by_pair.p_value < 0.01  # type: ignore[operator]
+    assert by_pair.method == "paired" and by_pair.df == 4
+    diffs = [y - x for x, y in zip(a, b, strict=True)]
+    assert by_pair.difference == pytest.approx(statistics.fmean(diffs))
+    assert by_pair.half_width == pytest.approx(stats.t_quantile(0.975, 4) * statistics.stdev(diffs) / math.sqrt(5))
+    with pytest.raises(ValueError):
+        stats.paired([1.0], [2.0])
+    # One-sample planning needs about half the runs of two-sample planning at the same spread.
+    two = stats.seeds_to_resolve(1.0, 1.0)
+    one = stats.seeds_to_resolve(1.0, 1.0, paired=True)
+    assert one is not None and two is not None and one < two and abs(one - two / 2) <= 2

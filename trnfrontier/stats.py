@@ -171,6 +171,17 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> D
     return _interval(diff, se, df, method, confidence)
 
 
+def paired(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Difference:
+    """The paired t-test and interval for mean(b - a), when ``a[i]`` and ``b[i]`` share
+    what makes runs differ besides the change under test (the seed: same initial weights,
+    same data order). Needs at least two pairs."""
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError("a paired comparison needs two or more pairs")
+    d = describe([y - x for x, y in zip(a, b, strict=True)])
+    assert d.sd is not None
+    return _interval(d.mean, d.sd / math.sqrt(d.n), d.n - 1.0, "paired", confidence)
+
+
 def _interval(diff: float, se: float, df: float, method: str, confidence: float) -> Difference:
     if se == 0.0:
         # Identical values within each side: the difference is exact (p 0 or 1).
@@ -248,22 +259,26 @@ def seeds_to_resolve(
     confidence: float = 0.95,
     power: float = 0.8,
     limit: int = 10_000,
+    paired: bool = False,
 ) -> int | None:
     """Runs per side for a two-sided t-test at ``confidence`` to detect a true difference
-    ``delta`` with probability ``power``, when each run's score has spread ``sd``.
+    ``delta`` with probability ``power``, when each run's score has spread ``sd`` (with
+    ``paired``: when each pair's difference has spread ``sd``).
 
-    The smallest n with n >= 2 sd^2 (t_{1-alpha/2, df} + t_{power, df})^2 / delta^2, df = 2n - 2
-    (the normal approximation undercounts at the small n this is used for); the right side
-    falls as n grows, so a binary search finds it. None when more than ``limit`` are needed."""
+    The smallest n with n >= k sd^2 (t_{1-alpha/2, df} + t_{power, df})^2 / delta^2, where
+    k = 2, df = 2n - 2 for two samples and k = 1, df = n - 1 for pairs (the normal
+    approximation undercounts at the small n this is used for); the right side falls as n
+    grows, so a binary search finds it. None when more than ``limit`` are needed."""
     if delta <= 0 or not math.isfinite(delta):
         raise ValueError("the difference to resolve must be positive")
     if sd < 0:
         raise ValueError("a spread cannot be negative")
+    k = 1.0 if paired else 2.0
 
     def enough(n: int) -> bool:
-        df = 2 * n - 2
+        df = n - 1 if paired else 2 * n - 2
         factor = t_quantile(0.5 + confidence / 2.0, df) + t_quantile(power, df)
-        return n >= 2.0 * (sd * factor / delta) ** 2
+        return n >= k * (sd * factor / delta) ** 2
 
     if enough(2):
         return 2

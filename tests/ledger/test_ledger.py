@@ -48,6 +48,7 @@ def test_a_planted_difference_is_found(ledger_env: Path, capsys) -> None:
     seeds(ledger_env, "lr03", 0.946, 5, rng, [BETTER])
     doc = compare_json(capsys, "base-s0", "lr03-s0")  # one run names all its seeds
     assert doc["a"]["n"] == 5 and doc["b"]["n"] == 5
+    assert doc["difference"]["method"] == "paired"  # both sides ran seeds 1337..1341
     assert doc["verdict"] == "B better"
     d = doc["difference"]
     assert d["low"] < -0.004 + 0.0008 and d["high"] < 0 and d["p_value"] < 0.001
@@ -58,12 +59,18 @@ def test_a_planted_difference_is_found(ledger_env: Path, capsys) -> None:
 
 
 def test_an_equal_pair_is_no_significant_difference(ledger_env: Path, capsys) -> None:
+    # Same seeds; B is A moved by +-0.0002 in turn: the mean difference is exactly zero.
     rng = random.Random(2)
-    seeds(ledger_env, "base", 0.950, 4, rng)
-    seeds(ledger_env, "same", 0.950, 4, rng, ["run.log_every_steps=2"])
+    base = [0.950 + rng.gauss(0, 0.0003) for _ in range(4)]
+    for i, value in enumerate(base):
+        make_run(ledger_env, f"base-s{i}", value, seed=1337 + i, created=float(i))
+        make_run(ledger_env, f"same-s{i}", value + 0.0002 * (-1) ** i, seed=1337 + i, overrides=["run.log_every_steps=2"])
     doc = compare_json(capsys, "base-*", "same-*")
+    assert doc["difference"]["method"] == "paired" and doc["difference"]["p_value"] > 0.99
     assert doc["verdict"] == "no significant difference"
     assert doc["difference"]["low"] < 0 < doc["difference"]["high"]
+    welch = compare_json(capsys, "base-*", "same-*", "--unpaired")
+    assert welch["difference"]["method"] == "welch" and welch["verdict"] == "no significant difference"
     assert "more seeds per side would resolve" in doc["message"] or "below what seeds can resolve" in doc["message"]
     if doc["seeds_to_resolve"] is not None:
         assert doc["seeds_to_resolve"] >= 1

@@ -36,6 +36,11 @@ def render(document: dict[str, Any], console: Console) -> None:
             console.print(f"{side.upper()}: left out, no score at this setting: {', '.join(document[side]['unscored'])}")
     for line in document["outliers"]:
         console.print(f"[yellow]{escape(line)}[/yellow]")
+    d = document["difference"]
+    tests = {"welch": "Welch's t-test", "paired": "paired t-test by seed (each seed's B - A)",
+             "pooled-from-one-side": "t-test with the spread of the side that has several runs"}  # fmt: skip
+    if d["method"] in tests:
+        console.print(f"test: {tests[d['method']]}, {d['df']:.1f} degrees of freedom")
     style = "bold green" if document["verdict"].endswith("better") else "bold"
     console.print(f"[{style}]{escape(document['message'])}[/{style}]")
     projection = document["projection"]
@@ -61,6 +66,7 @@ def command(
     seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="Compare scores at this sequence length."),
     confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, help="Confidence level of the interval and test."),
     resolve: float | None = typer.Option(None, "--resolve", help="The difference worth resolving, in val_bpb (default: the observed one)."),
+    unpaired: bool = typer.Option(False, "--unpaired", help="Welch's test even when both sides ran the same seeds (default there: paired by seed)."),
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """Is B better than A, by how much, how sure (and on the leaderboard, where official scores were recorded).
@@ -87,7 +93,7 @@ def command(
         if fill_seeds(group_a, group_b, seeds, say=lambda line: notes.print(line), warn=note):
             runs = load_runs()
             group_a, group_b = resolve_group(runs, a), resolve_group(runs, b)
-    document = compare(group_a, group_b, tokens=tokens, seq_len=seq_len, confidence=confidence, resolve=resolve, all_runs=runs)
+    document = compare(group_a, group_b, tokens=tokens, seq_len=seq_len, confidence=confidence, resolve=resolve, all_runs=runs, unpaired=unpaired)
     if json_output:
         print_json(document)
     else:

@@ -140,6 +140,7 @@ def show_command(
         print_json(annotated)
         return
     console = out()
+    keep_wide(console, 160)  # hashes and paths print whole when piped
     keys = ("run_dir", "recipe", "recipe_ref", "overrides", "seed", "status", "steps", "tokens", "tokens_per_second",
             "charged_seconds", "params", "device", "world_size", "lnc", "git_commit", "git_dirty", "git_repo",
             "prepare_sha256", "tokenizer_sha256", "dataset", "data_id", "env")  # fmt: skip

@@ -94,6 +94,7 @@ def compare(
     confidence: float = 0.95,
     resolve: float | None = None,
     all_runs: list[dict[str, Any]] | None = None,
+    unpaired: bool = False,
 ) -> dict[str, Any]:
     """The JSON document `trnf compare --json` prints (``verdict`` is the plain sentence)."""
     overlap = {r["run_dir"] for r in a.runs} & {r["run_dir"] for r in b.runs}
@@ -109,8 +110,11 @@ def compare(
                 "or score runs with `trnf eval`"
             )
     check_comparable(pa + pb)
-    sa, sb = stats.describe([s["val_bpb"] for _, s in pa]), stats.describe([s["val_bpb"] for _, s in pb])
-    diff = stats.welch([s["val_bpb"] for _, s in pa], [s["val_bpb"] for _, s in pb], confidence)
+    xa, xb = [s["val_bpb"] for _, s in pa], [s["val_bpb"] for _, s in pb]
+    sa, sb = stats.describe(xa), stats.describe(xb)
+    by_seed = not unpaired and seeds_pair(pa, pb)
+    diff = stats.paired(xa, xb, confidence) if by_seed else stats.welch(xa, xb, confidence)
+    spread = stats.describe([y - x for x, y in zip(xa, xb, strict=True)]).sd if by_seed else pooled_sd(sa, sb)
     document: dict[str, Any] = {
         "a": _side(a, pa, ua),
         "b": _side(b, pb, ub),
@@ -119,7 +123,7 @@ def compare(
         "confidence": confidence,
         "outliers": _outliers("A", pa) + _outliers("B", pb),
     }
-    document.update(_verdict(diff, sa, sb, confidence, resolve))
+    document.update(_verdict(diff, min(sa.n, sb.n), spread, confidence, resolve))
     document["projection"] = _projection(all_runs or [*a.runs, *b.runs], pa[0][1], sa, sb)
     return document
 
@@ -133,8 +137,21 @@ def fmt_p(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
+def seeds_pair(pa: list[tuple[dict[str, Any], dict[str, Any]]], pb: list[tuple[dict[str, Any], dict[str, Any]]]) -> bool:
+    """True when both sides ran exactly the same seeds, each once, at least two: then each
+    seed's B - A is one observation (same initial weights and data order on both sides,
+    so the seed's own luck cancels). Decided from the seeds alone, never from the scores."""
+    seeds_a, seeds_b = [r.get("seed") for r, _ in pa], [r.get("seed") for r, _ in pb]
+    return (
+        len(seeds_a) >= 2
+        and None not in seeds_a
+        and len(set(seeds_a)) == len(seeds_a)
+        and seeds_a == seeds_b  # both sides are sorted by seed
+    )
+
+
 def _verdict(
-    diff: stats.Difference, sa: stats.Summary, sb: stats.Summary, confidence: float, resolve: float | None
+    diff: stats.Difference, n: int, spread: float | None, confidence: float, resolve: float | None
 ) -> dict[str, Any]:
     level = f"{100 * confidence:g}%"
     if diff.p_value is None or diff.half_width is None:
@@ -151,11 +168,15 @@ def _verdict(
     if diff.p_value < alpha:
         better = "B" if diff.difference < 0 else "A"
         return {"verdict": f"{better} better", "message": f"{better} better by {size}", "seeds_to_resolve": None}
-    sd = pooled_sd(sa, sb) or 0.0
+    sd = spread or 0.0
     delta = resolve if resolve is not None else abs(diff.difference) or sd
     result: dict[str, Any] = {"verdict": "no significant difference", "resolve_delta": delta}
-    needed = stats.seeds_to_resolve(sd, delta, confidence, limit=MAX_USEFUL_SEEDS) if delta > 0 else None
-    more = None if needed is None else max(0, needed - min(sa.n, sb.n))
+    needed = (
+        stats.seeds_to_resolve(sd, delta, confidence, limit=MAX_USEFUL_SEEDS, paired=diff.method == "paired")
+        if delta > 0
+        else None
+    )
+    more = None if needed is None else max(0, needed - n)
     result["seeds_to_resolve"] = more
     head = f"no significant difference (B - A = {diff.difference:+.5f} +- {fmt(diff.half_width)}, {fmt_p(diff.p_value)})"
     if more is None:
