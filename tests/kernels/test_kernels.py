@@ -338,6 +338,22 @@ def test_attention_kernel_vs_reference(
         s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
         want = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
         np.testing.assert_allclose(lse[..., 0], want, rtol=1e-4, atol=1e-4)
+    # the backward kernel against autograd through the reference
+    do = _inputs(rand(rng, *shape), dtype)
+    grads = kernel("attention_bwd").attention_bwd(
+        _host(q, dtype),
+        _host(k, dtype),
+        _host(v, dtype),
+        _host(o, dtype),
+        _host(do, dtype),
+        lse,
+        scale,
+    )
+    leaves = [_torch(a, dtype).float().requires_grad_(True) for a in (q, k, v)]
+    out = references.attention(*leaves, scale)
+    want_grads = torch.autograd.grad(out, leaves, _torch(do, dtype).float())
+    for got, want in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(got, _np(want), **TOL[dtype])
 
 
 # ---------------------------------------------------------------- polar express

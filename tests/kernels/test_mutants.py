@@ -157,3 +157,19 @@ def test_programs_that_do_not_split_the_work_are_a_race(name: str) -> None:
         mutant.attention_fwd[1](q, k, v, 0.25)
         with pytest.raises(GridCoverageError, match="more than one of the 2 programs"):
             mutant.attention_fwd[2](q, k, v, 0.25)
+
+
+def test_backward_causal_off_by_one_is_caught() -> None:
+    """The backward's mask leaks key t + 1 into query t: its gradients stop matching."""
+    q, k, v = _attention_inputs(40)
+    do = np.random.default_rng(2).standard_normal(q.shape).astype(np.float32)
+    o, lse = load_kernel_module("attention").attention_fwd(q, k, v, 0.25)
+    leaves = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    want = torch.autograd.grad(references.attention(*leaves, 0.25), leaves, torch.tensor(do))
+    for patches, matches in (((), True), (CAUSAL_OFF_BY_ONE, False)):
+        kern = load_kernel_module("attention_bwd", patches).attention_bwd
+        got = kern[2](q, k, v, o, do, lse, 0.25)
+        close = all(
+            np.allclose(g, w.numpy(), rtol=1e-4, atol=1e-4) for g, w in zip(got, want, strict=True)
+        )
+        assert close is matches

@@ -47,6 +47,18 @@ def _opcheck_cases(dtype: torch.dtype) -> list[tuple[object, tuple]]:
                 0.5,
             ),
         ),
+        (
+            torch.ops.trnf.attention_backward.default,
+            (
+                torch.randn(1, 2, 5, 4, dtype=dtype),
+                torch.randn(1, 1, 5, 4, dtype=dtype),
+                torch.randn(1, 1, 5, 4, dtype=dtype),
+                torch.randn(1, 2, 5, 4, dtype=dtype),
+                torch.randn(1, 2, 5, 1, dtype=dtype),
+                torch.randn(1, 2, 5, 4, dtype=dtype),
+                0.5,
+            ),
+        ),
         (torch.ops.trnf.polar_express.default, (torch.randn(4, 6, dtype=dtype), 5, 1e-7)),
         (
             torch.ops.trnf.relu2_backward.default,
@@ -82,7 +94,7 @@ def test_gradcheck_float64() -> None:
         ),
         (lambda z: custom_ops.cross_entropy(z, targets), (torch.randn(4, 9, **d),)),
         (
-            lambda q, k, v: custom_ops.attention_op(q, k, v, 0.5),
+            lambda q, k, v: custom_ops.attention_op(q, k, v, 0.5)[0],
             (
                 torch.randn(1, 2, 5, 4, **d),
                 torch.randn(1, 1, 5, 4, **d),

@@ -49,7 +49,11 @@ def kernels_dir() -> Path:
     if env:
         return Path(env).expanduser().resolve()
     here = Path(__file__).resolve()
-    candidates = [here.parents[3] / "kernels", here.parents[2] / "_shipped" / "kernels"] if len(here.parents) > 3 else []
+    candidates = (
+        [here.parents[3] / "kernels", here.parents[2] / "_shipped" / "kernels"]
+        if len(here.parents) > 3
+        else []
+    )
     candidates += [here.parent / "kernels", Path.cwd() / "kernels"]
     return next((c for c in candidates if (c / "relu2.py").is_file()), candidates[0])
 

@@ -11,7 +11,7 @@ Backward passes are ops too, so they take the same route:
 | trnf::rmsnorm        | kernel (+rstd)    | kernel (trnf::rmsnorm_backward)            |
 | trnf::rope_qknorm    | kernel (+rstd)    | kernel (trnf::rope_qknorm_backward)        |
 | trnf::cross_entropy  | kernel (+lse)     | kernel (trnf::cross_entropy_backward)      |
-| trnf::attention      | kernel            | reference: recomputed in PyTorch, autograd |
+| trnf::attention      | kernel (+lse)     | kernel (trnf::attention_backward)          |
 | trnf::polar_express  | kernel            | none (the optimizer runs it under no_grad) |
 
 The auxiliary outputs (rstd, lse) are saved for the backward and are not differentiable.
@@ -289,39 +289,66 @@ cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
 # ---------------------------------------------------------------- attention
 
 
+def _attention_ok(q: Tensor, k: Tensor) -> Callable[[], str | None]:
+    return lambda: backend.supports_attention(tuple(q.shape), tuple(k.shape), q.dtype)
+
+
 @_OP("trnf::attention", mutates_args=())
-def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
-    """Causal attention, q [B, H, T, D], k/v [B, Hkv, T, D]."""
-    if _use_kernel(
-        "attention",
-        (q, k),
-        lambda: backend.supports_attention(tuple(q.shape), tuple(k.shape), q.dtype),
-    ):
-        o, _lse = backend.launch("attention", "attention_fwd")(
+def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """Causal attention, q [B, H, T, D], k/v [B, Hkv, T, D] -> (o, lse [B, H, T, 1] float32)."""
+    if _use_kernel("attention", (q, k), _attention_ok(q, k)):
+        o, lse = backend.launch("attention", "attention_fwd")(
             q.contiguous(), k.to(q.dtype).contiguous(), v.to(q.dtype).contiguous(), scale
         )
-        return o
-    return references.attention(q, k, v, scale)
+        return o, lse
+    return references.attention(q, k, v, scale), references.attention_lse(q, k, scale)
+
+
+@_OP("trnf::attention_backward", mutates_args=())
+def attention_backward_op(
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, do: Tensor, scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv): the flash backward kernel (kernels/attention_bwd.py), else the same
+    math in PyTorch."""
+    if _use_kernel("attention", (q, k), _attention_ok(q, k)) and (
+        backend.kernel_importable("attention_bwd") is None
+    ):
+        dt = q.dtype
+        dq, dk, dv = backend.launch("attention_bwd", "attention_bwd")(
+            q.contiguous(),
+            k.to(dt).contiguous(),
+            v.to(dt).contiguous(),
+            o.to(dt).contiguous(),
+            do.to(dt).contiguous(),
+            lse.float().contiguous(),
+            scale,
+        )
+        return dq, dk.to(k.dtype), dv.to(v.dtype)
+    return references.attention_backward(q, k, v, o, lse, do, scale)
 
 
 @attention_op.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
-    return torch.empty_like(q)
+def _(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(q), q.new_empty((*q.shape[:-1], 1), dtype=references.acc_dtype(q))
+
+
+@attention_backward_op.register_fake
+def _(
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, do: Tensor, scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _attention_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     q, k, v, scale = inputs
-    ctx.save_for_backward(q, k, v)
+    ctx.save_for_backward(q, k, v, output[0], output[1])
     ctx.scale = scale
+    ctx.mark_non_differentiable(output[1])
 
 
-def _attention_bwd(ctx, do):  # type: ignore[no-untyped-def]
-    # No backward kernel: recompute with the reference and differentiate it.
-    q, k, v = ctx.saved_tensors
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-        out = references.attention(*leaves, ctx.scale)
-        dq, dk, dv = torch.autograd.grad(out, leaves, do)
+def _attention_bwd(ctx, do, _dlse):  # type: ignore[no-untyped-def]
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward_op(q, k, v, o, lse, do, ctx.scale)
     return dq, dk, dv, None
 
 
@@ -383,7 +410,7 @@ def rotary_rms_norm(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return attention_op(q, k, v, q.size(-1) ** -0.5)
+    return attention_op(q, k, v, q.size(-1) ** -0.5)[0]
 
 
 def softcapped_cross_entropy(

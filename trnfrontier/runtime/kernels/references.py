@@ -115,6 +115,43 @@ def attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
 
+def attention_lse(q: Tensor, k: Tensor, scale: float) -> Tensor:
+    """logsumexp over keys of the causal, scaled scores, [B, H, T, 1] (float32 or float64):
+    what the attention kernel saves for its backward."""
+    w = acc_dtype(q)
+    n_rep = q.size(1) // k.size(1)
+    kk = k.repeat_interleave(n_rep, dim=1) if n_rep > 1 else k
+    s = (q.to(w) @ kk.to(w).transpose(-2, -1)) * scale
+    t = q.size(-2)
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return s.masked_fill(mask, float("-inf")).logsumexp(dim=-1, keepdim=True)
+
+
+def attention_backward(
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, do: Tensor, scale: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of causal attention from the forward's o and lse, in closed form (the
+    flash backward's math, so it runs inside a custom op, where autograd does not)."""
+    w = acc_dtype(q)
+    hkv, n_rep = k.size(1), q.size(1) // k.size(1)
+    kk = (k.repeat_interleave(n_rep, dim=1) if n_rep > 1 else k).to(w)
+    vv = (v.repeat_interleave(n_rep, dim=1) if n_rep > 1 else v).to(w)
+    qw, dow = q.to(w), do.to(w)
+    t = q.size(-2)
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    p = torch.exp((qw @ kk.transpose(-2, -1)) * scale - lse.to(w)).masked_fill(mask, 0.0)
+    dv = p.transpose(-2, -1) @ dow
+    dp = dow @ vv.transpose(-2, -1)
+    ds = p * (dp - (dow * o.to(w)).sum(dim=-1, keepdim=True)) * scale
+    dq = ds @ kk
+    dk = ds.transpose(-2, -1) @ qw
+
+    def per_kv_head(g: Tensor) -> Tensor:  # sum the query heads that share a KV head
+        return g.unflatten(1, (hkv, n_rep)).sum(dim=2) if n_rep > 1 else g
+
+    return dq.to(q.dtype), per_kv_head(dk).to(k.dtype), per_kv_head(dv).to(v.dtype)
+
+
 def polar_express(g: Tensor, coeffs: tuple[tuple[float, float, float], ...], eps: float) -> Tensor:
     """The Polar Express iteration (as trnfrontier.runtime.muon does it) in float32 (float64 for float64)."""
     x = g.to(acc_dtype(g))
