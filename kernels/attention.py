@@ -3,18 +3,21 @@
     o = softmax(scale * q k^T + causal mask) v,   q [B, H, T, D], k/v [B, Hkv, T, D]
 
 Query head h reads key/value head h // (H / Hkv). D <= 128 (one matmul contraction).
-For every 128-row query tile the kernel walks key tiles 0..diagonal (tiles above the
-diagonal are skipped outright; only the diagonal tile needs a mask), keeping a running
-row max m, running sum l and an unnormalised accumulator in SBUF:
+Work items are (batch row, KV head), split across the LNC grid's programs. Per item,
+K^T [D, T] is built once (128x128 Tensor Engine transposes) and V's row tiles are
+loaded once; every query head of the group and every 128-row query tile reuses them.
+A query tile walks its keys in chunks of 512 (one PSUM bank of float32 scores), up to
+its last row's diagonal (chunks above it are skipped; only the chunk that reaches the
+diagonal is masked), keeping a running row max m, running sum l and an unnormalised
+accumulator in SBUF:
 
-    S = scale * Q K^T                  (Tensor Engine: Q^T, K^T tiles with D on partitions)
+    S = scale * Q K^T                  (Q^T [D, 128] stationary, K^T [D, 512] moving)
     m' = max(m, rowmax S);  P = exp(S - m');  l = l e^(m - m') + rowsum P
-    acc = acc e^(m - m') + P V         (P transposed on the Tensor Engine to put keys on partitions)
+    acc = acc e^(m - m') + P V         (P transposed 128 keys at a time; the four P V
+                                        products accumulate in one PSUM tile)
 
-and finally o = acc / l, lse = m + log l (float32, [B, H, T, 1], kept for a backward).
-
-The backward is not a kernel: the custom op recomputes attention with the PyTorch
-reference and differentiates it (see trnfrontier/runtime/kernels/custom_ops.py).
+and finally o = acc / l, lse = m + log l (float32, [B, H, T, 1]) for the backward
+kernel (attention_bwd.py).
 """
 
 import nki
@@ -23,6 +26,7 @@ import nki.language as nl
 
 PMAX = 128
 NEG_BIG = -1.0e30  # masked scores: finite so that exp(NEG_BIG - m) is exactly 0, never NaN
+KCHUNK = 512  # keys per score tile: one 2 KiB PSUM bank of float32 per partition
 
 
 def _share(n_items):
@@ -43,7 +47,77 @@ def _load_transposed(src, dtype, rows, d):
     return out
 
 
-def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
+def _load_kv(k, v, b, kvh, kr, kT, vr):
+    """K rows, K^T [D, T] (via Tensor Engine transposes) and V rows of one KV head."""
+    t, d = k.shape[2], k.shape[3]
+    for i in nl.static_range(-(-t // PMAX)):
+        r0 = i * PMAX
+        rows = min(PMAX, t - r0)
+        nisa.dma_copy(dst=kr[0:rows, i, :], src=k[b, kvh, r0 : r0 + rows, :])
+        nisa.dma_copy(dst=vr[0:rows, i, :], src=v[b, kvh, r0 : r0 + rows, :])
+        t_ps = nl.ndarray((d, PMAX), dtype=k.dtype, buffer=nl.psum)
+        nisa.nc_transpose(dst=t_ps[:, 0:rows], data=kr[0:rows, i, :])
+        nisa.tensor_copy(dst=kT[:, r0 : r0 + rows], src=t_ps[:, 0:rows])
+
+
+def _key_chunk(qT, kT, vr, m, l_sum, acc, q0, rq, k0, kc, scale):
+    """Fold keys k0 .. k0 + kc into the running (m, l_sum, acc) of one query tile."""
+    d = vr.shape[2]
+    s_ps = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=s_ps[0:rq, 0:kc], stationary=qT[:, 0:rq], moving=kT[:, k0 : k0 + kc])
+    s = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=s[0:rq, 0:kc], op=nl.copy, data=s_ps[0:rq, 0:kc], scale=scale)
+    if k0 + kc > q0:
+        # the chunk reaches the diagonal: keep key x of query row p where (q0 + p) - (k0 + x) >= 0
+        nisa.affine_select(
+            dst=s[0:rq, 0:kc],
+            pattern=[[-1, kc]],
+            channel_multiplier=1,
+            on_true_tile=s[0:rq, 0:kc],
+            on_false_value=NEG_BIG,
+            cmp_op=nl.greater_equal,
+            offset=q0 - k0,
+        )
+    cmax = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=cmax[0:rq, :], op=nl.maximum, data=s[0:rq, 0:kc], axis=1, keepdims=True)
+    m_new = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=m_new[0:rq, :], data1=m[0:rq, :], data2=cmax[0:rq, :], op=nl.maximum)
+    neg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=neg[0:rq, :], data=m_new[0:rq, :], op0=nl.multiply, operand0=-1.0)
+    p = nl.ndarray((PMAX, KCHUNK), dtype=vr.dtype, buffer=nl.sbuf)
+    psum_row = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation_reduce(
+        dst=p[0:rq, 0:kc],
+        op=nl.exp,
+        data=s[0:rq, 0:kc],
+        bias=neg[0:rq, :],
+        reduce_op=nl.add,
+        reduce_res=psum_row[0:rq, :],
+    )
+    alpha = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=alpha[0:rq, :], op=nl.exp, data=m[0:rq, :], bias=neg[0:rq, :])
+    nisa.tensor_tensor(
+        dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=alpha[0:rq, :], op=nl.multiply
+    )
+    nisa.tensor_tensor(dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=psum_row[0:rq, :], op=nl.add)
+    nisa.tensor_copy(dst=m[0:rq, :], src=m_new[0:rq, :])
+    pv_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
+    for c in nl.static_range(0, kc, PMAX):  # 128 keys per transpose; P V accumulates in PSUM
+        kk = min(PMAX, kc - c)
+        pT_ps = nl.ndarray((PMAX, PMAX), dtype=vr.dtype, buffer=nl.psum)
+        nisa.nc_transpose(dst=pT_ps[0:kk, 0:rq], data=p[0:rq, c : c + kk])
+        pT = nl.ndarray((PMAX, PMAX), dtype=vr.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=pT[0:kk, 0:rq], src=pT_ps[0:kk, 0:rq])
+        nisa.nc_matmul(
+            dst=pv_ps[0:rq, :], stationary=pT[0:kk, 0:rq], moving=vr[0:kk, (k0 + c) // PMAX, :]
+        )
+    nisa.tensor_scalar(
+        dst=acc[0:rq, :], data=acc[0:rq, :], op0=nl.multiply, operand0=alpha[0:rq, :]
+    )
+    nisa.tensor_tensor(dst=acc[0:rq, :], data1=acc[0:rq, :], data2=pv_ps[0:rq, :], op=nl.add)
+
+
+def _query_tile(q, o, lse, b, h, q0, rq, kT, vr, scale):
     d = q.shape[3]
     qT = _load_transposed(q[b, h, q0 : q0 + rq, :], q.dtype, rq, d)
     m = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -52,64 +126,10 @@ def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
     nisa.memset(dst=m[0:rq, :], value=NEG_BIG)
     nisa.memset(dst=l_sum[0:rq, :], value=0.0)
     nisa.memset(dst=acc[0:rq, :], value=0.0)
-    # key tiles share the query tiling, so the diagonal tile starts at k0 == q0
-    for k0 in nl.static_range(0, q0 + 1, PMAX):
-        rk = min(PMAX, q.shape[2] - k0)
-        kT = _load_transposed(k[b, kvh, k0 : k0 + rk, :], k.dtype, rk, d)
-        vt = nl.ndarray((PMAX, d), dtype=v.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=vt[0:rk, :], src=v[b, kvh, k0 : k0 + rk, :])
-        s_ps = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=s_ps[0:rq, 0:rk], stationary=qT[:, 0:rq], moving=kT[:, 0:rk])
-        s = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=s[0:rq, 0:rk], op=nl.copy, data=s_ps[0:rq, 0:rk], scale=scale)
-        if k0 == q0:
-            # keep key x of query row p where (q0 + p) - (k0 + x) >= 0
-            nisa.affine_select(
-                dst=s[0:rq, 0:rk],
-                pattern=[[-1, rk]],
-                channel_multiplier=1,
-                on_true_tile=s[0:rq, 0:rk],
-                on_false_value=NEG_BIG,
-                cmp_op=nl.greater_equal,
-                offset=q0 - k0,
-            )
-        cmax = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(
-            dst=cmax[0:rq, :], op=nl.maximum, data=s[0:rq, 0:rk], axis=1, keepdims=True
-        )
-        m_new = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=m_new[0:rq, :], data1=m[0:rq, :], data2=cmax[0:rq, :], op=nl.maximum)
-        neg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=neg[0:rq, :], data=m_new[0:rq, :], op0=nl.multiply, operand0=-1.0)
-        p = nl.ndarray((PMAX, PMAX), dtype=v.dtype, buffer=nl.sbuf)
-        psum_row = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation_reduce(
-            dst=p[0:rq, 0:rk],
-            op=nl.exp,
-            data=s[0:rq, 0:rk],
-            bias=neg[0:rq, :],
-            reduce_op=nl.add,
-            reduce_res=psum_row[0:rq, :],
-        )
-        alpha = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=alpha[0:rq, :], op=nl.exp, data=m[0:rq, :], bias=neg[0:rq, :])
-        nisa.tensor_tensor(
-            dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=alpha[0:rq, :], op=nl.multiply
-        )
-        nisa.tensor_tensor(
-            dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=psum_row[0:rq, :], op=nl.add
-        )
-        nisa.tensor_copy(dst=m[0:rq, :], src=m_new[0:rq, :])
-        pT_ps = nl.ndarray((PMAX, PMAX), dtype=v.dtype, buffer=nl.psum)
-        nisa.nc_transpose(dst=pT_ps[0:rk, 0:rq], data=p[0:rq, 0:rk])
-        pT = nl.ndarray((PMAX, PMAX), dtype=v.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=pT[0:rk, 0:rq], src=pT_ps[0:rk, 0:rq])
-        pv_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=pv_ps[0:rq, :], stationary=pT[0:rk, 0:rq], moving=vt[0:rk, :])
-        nisa.tensor_scalar(
-            dst=acc[0:rq, :], data=acc[0:rq, :], op0=nl.multiply, operand0=alpha[0:rq, :]
-        )
-        nisa.tensor_tensor(dst=acc[0:rq, :], data1=acc[0:rq, :], data2=pv_ps[0:rq, :], op=nl.add)
+    # keys up to the tile's last row; every row has an unmasked key in every chunk, since
+    # chunks start at multiples of 512 <= q0
+    for k0 in nl.static_range(0, q0 + rq, KCHUNK):
+        _key_chunk(qT, kT, vr, m, l_sum, acc, q0, rq, k0, min(KCHUNK, q0 + rq - k0), scale)
     inv = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.reciprocal(dst=inv[0:rq, :], data=l_sum[0:rq, :])
     ot = nl.ndarray((PMAX, d), dtype=q.dtype, buffer=nl.sbuf)
@@ -121,20 +141,28 @@ def _query_tile(q, k, v, o, lse, b, h, kvh, q0, rq, scale):
     nisa.dma_copy(dst=lse[b, h, q0 : q0 + rq, :], src=lt[0:rq, :])
 
 
+def _kv_head(q, k, v, o, lse, b, kvh, scale):
+    t, d = q.shape[2], q.shape[3]
+    group = q.shape[1] // k.shape[1]
+    nt = -(-t // PMAX)
+    kr = nl.ndarray((PMAX, nt, d), dtype=k.dtype, buffer=nl.sbuf)
+    kT = nl.ndarray((d, nt * PMAX), dtype=k.dtype, buffer=nl.sbuf)
+    vr = nl.ndarray((PMAX, nt, d), dtype=v.dtype, buffer=nl.sbuf)
+    _load_kv(k, v, b, kvh, kr, kT, vr)
+    for r in nl.static_range(group):
+        for q0 in nl.static_range(0, t, PMAX):
+            _query_tile(q, o, lse, b, kvh * group + r, q0, min(PMAX, t - q0), kT, vr, scale)
+
+
 @nki.jit
 def attention_fwd(q, k, v, scale):
     """q [B, H, T, D], k/v [B, Hkv, T, D] -> (o [B, H, T, D], lse [B, H, T, 1] float32)."""
     bsz, heads, t, d = q.shape
-    group = heads // k.shape[1]
+    kv_heads = k.shape[1]
     o = nl.ndarray((bsz, heads, t, d), dtype=q.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((bsz, heads, t, 1), dtype=nl.float32, buffer=nl.shared_hbm)
-    # work items: (batch row, query head); the grid's programs split them. Query head h
-    # reads kv head h // group.
-    first, count = _share(bsz * heads)
+    # work items: (batch row, KV head); K^T and V are loaded once per item
+    first, count = _share(bsz * kv_heads)
     for j in nl.affine_range(count):
-        b = (first + j) // heads
-        h = (first + j) % heads
-        # the number of key tiles (and the diagonal) depends on the query tile
-        for q0 in nl.static_range(0, t, PMAX):
-            _query_tile(q, k, v, o, lse, b, h, h // group, q0, min(PMAX, t - q0), scale)
+        _kv_head(q, k, v, o, lse, (first + j) // kv_heads, (first + j) % kv_heads, scale)
     return o, lse

@@ -289,7 +289,13 @@ def _attention64(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> n
     return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
 
 
-ATTN_SHAPES = [((1, 1, 5, 8), 1), ((1, 4, 200, 32), 2), ((2, 2, 256, 64), 2), ((1, 2, 130, 128), 1)]
+ATTN_SHAPES = [
+    ((1, 1, 5, 8), 1),
+    ((1, 4, 200, 32), 2),
+    ((2, 2, 256, 64), 2),
+    ((1, 2, 130, 128), 1),
+    ((1, 2, 600, 16), 1),  # two 512-key chunks, the second ragged
+]
 
 
 def test_attention_reference_vs_float64_and_model() -> None:

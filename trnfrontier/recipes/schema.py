@@ -187,12 +187,11 @@ class KernelsSection(Section):
     rope_qknorm: KernelChoice = "off"
     cross_entropy: KernelChoice = "off"
     polar_express: KernelChoice = "off"
-    # off unless asked for: the backward recomputes attention in PyTorch, so a step pays the
-    # PyTorch forward and backward plus the kernel's forward (kernels/README.md, issue 12)
+    # off until a Trn2 measures the kernels faster than PyTorch (kernels/README.md)
     attention: KernelChoice = Field(
         "off",
-        description="Forward-only NKI kernel; its backward re-runs attention in PyTorch, "
-        "so it is likely slower per training step. Off by default.",
+        description="Flash attention forward and backward kernels; unmeasured on hardware, "
+        "so off by default until `trnf doctor --kernels` shows them faster than PyTorch.",
     )
 
 
