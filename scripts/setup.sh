@@ -33,6 +33,20 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
             || { echo "setup: torch did not install; see the README's install notes" >&2; exit 1; }
     fi
 fi
+# bubblewrap: the sandbox `trnf verify` runs archive code in. Installed where this script
+# can (root with apt-get); otherwise it says how, and verify refuses to run archive code
+# without it unless given --allow-unsandboxed.
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        { DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } \
+            && echo "setup: installed bubblewrap (the sandbox for trnf verify)" >&2 \
+            || echo "setup: could not install bubblewrap with apt-get; trnf verify will not run archive code without it (see docs/ci.md)" >&2
+    else
+        echo "setup: bubblewrap (bwrap) is not installed and this script cannot install it (not root, or no apt-get);" \
+             "install it (sudo apt-get install bubblewrap, or dnf/pacman install bubblewrap): trnf verify runs archive code only inside it" >&2
+    fi
+fi
 target="."
 [ "$extra" = "dev" ] && target=".[dev]"
 "${PIP[@]}" install -e "$target" || { echo "setup: installing trnf failed (see pip's message above)" >&2; exit 1; }

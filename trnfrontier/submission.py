@@ -166,6 +166,11 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def canonical_header(name: str, size: int) -> bytes:
+    """The exact header bytes ``write_deterministic_tar`` writes for a member (verify compares against them)."""
+    return _tarinfo(name, size).tobuf(tarfile.PAX_FORMAT, tarfile.ENCODING, "surrogateescape")
+
+
 def write_deterministic_tar(members: Mapping[str, Path | bytes], out_path: Path) -> None:
     """Write ``members`` (name -> file path or bytes) as an uncompressed tar at ``out_path``.
 

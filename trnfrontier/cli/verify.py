@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trnfrontier.console import err, out, print_json
@@ -33,13 +34,15 @@ def command(
     pins: Path | None = typer.Option(None, "--pins", help="JSON file with prepare_sha256 / tokenizer_sha256 (default $TRNF_HOME/pins.json, else the selected prepare.py and active tokenizer)."),
     timeout: float | None = typer.Option(None, "--timeout", min=1.0, help="Seconds allowed for each subprocess (default: contract 300, re-eval 1500, dry run 900)."),
     steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
+    allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Where bubblewrap is unavailable, run archive code anyway, without isolation (the report's first line says so)."),
 ) -> int:
     """Check a submission archive; exit 0 only if every required check passes."""
     if archive.is_dir():
         raise UsageError(f"{archive}: is a directory; give the path of a submission archive (trnf package writes one)")
     if not archive.is_file():
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
-    options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps)
+    options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
+                      allow_unsandboxed=allow_unsandboxed)
     if not json_output:
         err().print(f"verifying {archive} ...")
     report = verify_archive(archive, options)
@@ -47,6 +50,8 @@ def command(
         print_json(report.to_json())
     else:
         console = out()
+        style = "green" if report.sandbox.startswith("sandbox:") else "bold red"
+        console.print(f"[{style}]{escape(report.sandbox)}[/]")
         console.print(_table(report))
         for note in report.notes:
             console.print(f"note: {note}")

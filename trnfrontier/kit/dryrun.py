@@ -15,6 +15,7 @@ steps (every rank exited 0, the step log advanced), checkpoint (written), load_f
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from trnfrontier.verify.dryrun import (
     DRY_RUN_STEPS_ENV,
     build_clean_env,
     clean_environ,
+    confine,
     find_checkpoint,
     load_back,
     logged_boundaries,
@@ -147,6 +149,9 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
     env = clean_environ(home, nproc, lnc, steps, run_dir)
     plan = launch.torchrun_plan(python=str(python), script=run_dir / script.name, nproc=nproc, lnc=lnc, args=args,
                                 cwd=run_dir, env=env, log_dir=work / "logs" / "torchrun", isolated=True)
+    # The team's code runs inside the same sandbox as verify's dry run (work dir writable only).
+    confined, outer_env, how = confine(plan.argv, work=work, run_dir=run_dir, env=plan.env, prepare=contract.path, timeout=timeout)
+    plan = dataclasses.replace(plan, argv=confined, env=outer_env)
     outcome = launch.run(plan, timeout=timeout, console_log=work / "logs" / "console.log")
     rank_logs = logs.collect_rank_logs(plan.log_dir, work / "logs")
     boundaries = logged_boundaries(run_dir)
@@ -167,7 +172,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
                   else why if (crashed or outcome.timed_out) else "no step boundary recorded: train.py never called prepare.record_step_boundary()")
         report.add("start", False, detail)
         return report.skip_rest()
-    report.add("start", True, f"{nproc} rank(s) launched (gloo, CPU), first boundary at step {boundaries[0][0]}")
+    report.add("start", True, f"{nproc} rank(s) launched (gloo, CPU, {how}), first boundary at step {boundaries[0][0]}")
     if crashed or outcome.timed_out:
         report.add("steps", False, why)
         return report.skip_rest()

@@ -1,6 +1,7 @@
 """Safe extraction of a hostile archive into a temporary directory.
 
-Two layers of defence. PEP 706's ``data`` filter (``tarfile.data_filter``) is applied to
+Three layers of defence. The archive must be in the canonical form ``trnf package``
+writes (``canonical.py``), so that no tar reader can see other members than this one. PEP 706's ``data`` filter (``tarfile.data_filter``) is applied to
 every member and its verdict is final; on top of it our own policy refuses what the
 filter would merely rewrite or allow: any link, any special file, names that are not
 canonical, duplicates, and too many / too large members or a suspicious compression
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trnfrontier.submission import is_normalised_name, member_path
+from trnfrontier.verify.canonical import canonical_problem
 
 _CHUNK = 1 << 20
 
@@ -137,6 +139,10 @@ def safe_extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Extrac
                 members.append(member)
             if not members:
                 raise ExtractionError("the archive is empty")
+            problem = canonical_problem(archive, members)
+            if problem:
+                raise ExtractionError(f"not in the canonical form `trnf package` writes: {problem}; "
+                                      "tar readers could disagree on its members, so re-package it with trnf package")
             for member in members:
                 if member.isdir():
                     continue

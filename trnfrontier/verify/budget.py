@@ -83,3 +83,90 @@ def account_log(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any] 
         return account(path, prepare)
     except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"step log unusable: {exc}"
+
+
+# ---------------------------------------------------------------------------- every source
+
+AGREE_SECONDS = 5.0
+AGREE_FRACTION = 0.02
+
+
+def read_segments(path: Path) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Every process segment of a step log: (start time, boundaries) per header line, in order."""
+    segments: list[tuple[float, list[tuple[int, float]]]] = []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if record.get("header"):
+                    segments.append((float(record["start_time"]), []))
+                    continue
+                step, t = int(record["step"]), float(record["time"])
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, RecursionError):
+                raise BudgetLogError(f"line {lineno} is neither a header nor {{\"step\": int, \"time\": seconds}}") from None
+            if not segments:
+                raise BudgetLogError(f"line {lineno} comes before any header line")
+            segments[-1][1].append((step, t))
+    return segments
+
+
+def resumed_charge(segments: list[tuple[float, list[tuple[int, float]]]], prepare: ModuleType | None) -> float:
+    """A resumed run's charge: every segment in full, less the first segment's startup
+    (under the budget rule, capped); a resumed process's startup is charged."""
+    _, steps_excluded, cap = budget_rule.budget_of(prepare)
+    total = sum((b[-1][1] if b else start) - start for start, b in segments)
+    first = budget_rule.account(segments[0][0], segments[0][1], steps_excluded=steps_excluded, cap=cap)
+    return total - float(first["excluded_seconds"])
+
+
+def _agree(a: float, b: float) -> bool:
+    return abs(a - b) <= max(AGREE_SECONDS, AGREE_FRACTION * max(abs(a), abs(b)))
+
+
+def trainer_log_charge(path: Path) -> tuple[float | None, bool]:
+    """(the last charged_seconds the trainer logged, whether any record says over_budget)."""
+    charged: float | None = None
+    over = False
+    if not path.is_file():
+        return None, False
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            if not isinstance(record, dict):
+                continue
+            over = over or record.get("over_budget") is True
+            value = record.get("charged_seconds")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                charged = float(value)
+    return charged, over
+
+
+def cross_check(charged: float, budget: float, segments: int, summary: dict[str, Any] | None, trainer: tuple[float | None, bool]) -> str | None:
+    """Why the summary or the trainer log disagrees with the step log's ``charged``, or is over budget; None when all agree."""
+    summary = summary or {}
+    if summary.get("over_budget") is True:
+        return "logs/summary.json says over_budget: true"
+    if trainer[1]:
+        return "logs/metrics.jsonl has a record with over_budget: true"
+    claimed = summary.get("charged_seconds")
+    if isinstance(claimed, (int, float)) and not isinstance(claimed, bool):
+        if claimed > budget:
+            return f"logs/summary.json charges {claimed:.1f} s, over the {budget:g} s budget"
+        if segments == 1 and not _agree(float(claimed), charged):
+            return f"logs/summary.json charges {claimed:.1f} s but the step log {charged:.1f} s"
+    if trainer[0] is not None:
+        if trainer[0] > budget:
+            return f"logs/metrics.jsonl charges {trainer[0]:.1f} s, over the {budget:g} s budget"
+        if segments == 1 and not _agree(trainer[0], charged):
+            return f"logs/metrics.jsonl charges {trainer[0]:.1f} s but the step log {charged:.1f} s"
+    resumed = summary.get("resumed_from")
+    if segments > 1 and not resumed:
+        return f"the step log has {segments} process segments (a resumed run) but logs/summary.json records no resume (resumed_from)"
+    if resumed and segments == 1:
+        return f"logs/summary.json records a resume from {str(resumed)[:80]} but the step log holds one segment: the earlier time is not in the archive"
+    return None

@@ -8,7 +8,6 @@ refuses any global outside torch's allowlist, so a pickle payload is never execu
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trnfrontier.verify.jsonstrict import StrictJSONError, strict_loads
 
 _CHUNK_BYTES = 16 << 20
 _MAX_HEADER_BYTES = 100 << 20
@@ -64,9 +65,9 @@ def scan_safetensors(path: Path) -> TensorSummary:
         if header_len > min(_MAX_HEADER_BYTES, size - 8):
             raise CheckpointError(f"{path.name}: header length {header_len} is impossible for a {size}-byte file")
         try:
-            header = json.loads(handle.read(header_len))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{path.name}: header is not JSON ({exc})") from None
+            header = strict_loads(handle.read(header_len), what=f"{path.name}'s header")
+        except StrictJSONError as exc:
+            raise CheckpointError(str(exc)) from None
         if not isinstance(header, dict):
             raise CheckpointError(f"{path.name}: header is not a JSON object")
         header.pop("__metadata__", None)
@@ -150,3 +151,26 @@ def scan_final_pt(path: Path) -> TensorSummary:
                     non_finite.append(str(name))
                     break
     return TensorSummary(params=params, tensors=len(state), non_finite=non_finite)
+
+
+def first_difference(safetensors_path: Path, final_pt_path: Path) -> str | None:
+    """Where ``final.pt``'s model_state and ``model.safetensors`` differ (names, dtype, shape or
+    any value, bit for bit), or None when every tensor is the same. Both are read lazily
+    (safe_open and an mmap'd weights-only load), one tensor pair at a time."""
+    import torch
+    from safetensors import safe_open
+
+    state = torch.load(final_pt_path, map_location="cpu", weights_only=True, mmap=True)["model_state"]
+    with safe_open(str(safetensors_path), framework="pt") as st:
+        names = set(st.keys())
+        only_st, only_pt = sorted(names - set(state)), sorted(set(state) - names)
+        if only_st or only_pt:
+            side, name = ("model.safetensors", only_st[0]) if only_st else ("final.pt", only_pt[0])
+            return f"tensor {name!r} is only in {side}"
+        for name in sorted(names):
+            a, b = st.get_tensor(name), state[name]
+            if a.dtype != b.dtype or a.shape != b.shape:
+                return f"tensor {name!r} is {b.dtype} {tuple(b.shape)} in final.pt but {a.dtype} {tuple(a.shape)} in model.safetensors"
+            if not torch.equal(a, b):
+                return f"tensor {name!r} has different values in final.pt and model.safetensors"
+    return None

@@ -13,6 +13,9 @@ The clean environment (why it is trustworthy):
 3. torchrun runs under that venv's interpreter with ``-I`` (no PYTHONPATH, no user
    site) and a scrubbed environment, so the workers it spawns (``sys.executable``)
    are confined the same way.
+4. All of it runs inside the sandbox (``sandbox.py``): the work directory is the only
+   writable place, the prepared data and the trusted prepare.py are bound read-only,
+   there is no network (torchrun and gloo talk over the sandbox's own loopback).
 
 The run is a copy of the archive's code (not its checkpoint) in a temporary directory.
 train.py is told to be short through environment variables that packaged and kit-style
@@ -35,8 +38,9 @@ from pathlib import Path
 from trnfrontier.child_env import child_env
 from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR, STEP_LOG_ENV, STEP_LOG_FILE
 from trnfrontier.submission import code_members, member_path
+from trnfrontier.verify import sandbox
 from trnfrontier.verify.budget import BudgetLogError, read_boundaries
-from trnfrontier.verify.probe_process import run_in_group, run_probe
+from trnfrontier.verify.served import ServedModel, ServerError
 
 ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
 OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
@@ -45,6 +49,8 @@ DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
 KIT_CHECKPOINT = Path(KIT_OUT_DIR) / KIT_FILE
 # Where TRNF_STEP_LOG points prepare.record_step_boundary, relative to the run directory.
 STEP_LOG = STEP_LOG_FILE
+# Where the organisers' prepare.py keeps data and tokenizer (KIT-CONTRACT).
+KIT_CACHE_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
 
 
 @dataclass
@@ -121,6 +127,7 @@ def build_clean_env(dest: Path, prepare: Path | None) -> Path:
 
 def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -> dict[str, str]:
     """The whole environment of a dry run (nothing inherited but where prepare.py finds the data)."""
+
     env = {
         "PATH": f"{home.parent / 'venv' / 'bin'}:/usr/bin:/bin",
         "HOME": str(home),
@@ -136,6 +143,24 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
     # The data a train.py reads comes through prepare.py, which finds it through TRNF_HOME:
     # forwarded even when unset here, since HOME above is not the user's (child_env).
     return child_env(env)
+
+
+def data_paths(env: dict[str, str]) -> tuple[Path, ...]:
+    """What a dry run with environment ``env`` reads besides code, bound read-only: the
+    prepared datasets (and the kit's cache directory when set), never the rest of the data home."""
+    found: list[Path] = []
+    if env.get("TRNF_HOME"):
+        home = Path(env["TRNF_HOME"]).expanduser().resolve()
+        found += [home / "datasets", home / "active"]
+    if env.get(KIT_CACHE_ENV):
+        found.append(Path(env[KIT_CACHE_ENV]).expanduser().resolve())
+    return tuple(p for p in found if p.exists())
+
+
+def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path | None) -> sandbox.Jail:
+    """The sandbox of a dry run: ``work`` writable (venv, run, home, logs), data and prepare.py read-only."""
+    extra = (prepare.resolve(),) if prepare is not None else ()
+    return sandbox.Jail(scratch=work, env=env, read_only=(*data_paths(env), *extra), cwd=run_dir)
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:
@@ -155,17 +180,38 @@ def logged_boundaries(run_dir: Path) -> list[tuple[int, float]]:
         return []
 
 
-def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float) -> tuple[bool, str]:
-    """Load ``checkpoint`` through run_dir/train.py's load_for_eval with the probe, in the clean
-    environment: (True, the probe's detail) or (False, why not)."""
-    probe = run_probe("load", root=run_dir, checkpoint=checkpoint, prepare=None, timeout=timeout, python=str(python), env=env)
-    if probe.data is None or not probe.data.get("passed"):
-        return False, str(probe.error or probe.data.get("error") or probe.data.get("detail"))  # type: ignore[union-attr]
-    return True, str(probe.data.get("detail", "loaded"))
+def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float,
+              sandboxed: bool | None = None) -> tuple[bool, str]:
+    """Load ``checkpoint`` through run_dir/train.py's load_for_eval with the model server, in the
+    clean environment and the sandbox: (True, what the forward gave) or (False, why not)."""
+    import torch
+
+    del env  # the server gets its own minimal environment
+    venv = Path(python).parent.parent
+    trusted = venv_prepare(venv)
+    scratch = run_dir.parent / "load-scratch"
+    scratch.mkdir(exist_ok=True)
+    confined = sandbox.available().ok if sandboxed is None else sandboxed
+    try:
+        with ServedModel.start(root=run_dir, checkpoint=checkpoint, prepare=None, scratch=scratch, timeout=timeout,
+                               sandboxed=confined, python=str(python), read_only=(venv, *trusted)) as served:
+            logits = served.forward(torch.zeros(1, 8, dtype=torch.long))
+    except ServerError as exc:
+        return False, str(exc)
+    if not bool(torch.isfinite(logits).all()):
+        return False, f"forward gives {tuple(logits.shape)} with NaN or inf"
+    return True, f"forward gives {tuple(logits.shape)}"
 
 
-def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, prepare: Path | None, steps: int, timeout: float) -> DryRunResult:
-    """Run the dry run under ``work`` (an empty temporary directory)."""
+def venv_prepare(venv: Path) -> tuple[Path, ...]:
+    """The trusted prepare.py a clean venv links to (bound read-only so the link resolves in the sandbox)."""
+    found = [link.resolve() for link in venv.glob("lib/python*/site-packages/prepare.py")]
+    return tuple(p for p in found if p.exists())
+
+
+def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, prepare: Path | None, steps: int, timeout: float,
+            sandboxed: bool = True) -> DryRunResult:
+    """Run the dry run under ``work`` (an empty temporary directory), inside the sandbox unless ``sandboxed`` is False."""
     try:
         python = build_clean_env(work, prepare)
     except (subprocess.CalledProcessError, OSError, metadata.PackageNotFoundError) as exc:
@@ -179,7 +225,7 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
         shutil.copyfile(member_path(root, name), target)
     env = clean_environ(home, nproc, lnc, steps, run_dir)
     cmd = [str(python), "-I", "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
-    code, tail = run_in_group(cmd, cwd=run_dir, env=env, timeout=timeout)
+    code, tail = sandbox.run(cmd, dry_run_jail(work, run_dir, env, prepare), timeout=timeout, sandboxed=sandboxed)
     if code is None:
         return DryRunResult(False, f"train.py did not finish {steps} steps within {timeout:g} s ({DRY_RUN_STEPS_ENV}={steps}; process group killed)")
     if code != 0:
@@ -188,7 +234,7 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
     checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:
         return DryRunResult(False, "train.py exited 0 but wrote no checkpoint (*.pt)")
-    loaded, why = load_back(run_dir, checkpoint, python=python, env=env, timeout=timeout)
+    loaded, why = load_back(run_dir, checkpoint, python=python, env=env, timeout=timeout, sandboxed=sandboxed)
     if not loaded:
         return DryRunResult(False, f"checkpoint {checkpoint.relative_to(run_dir)} does not load in the clean environment: {why}")
     boundaries = logged_boundaries(run_dir)
@@ -197,3 +243,15 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
         f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: exited 0, {len(boundaries)} step boundaries, "
         f"{checkpoint.relative_to(run_dir)} loads via load_for_eval without trnf",
     )
+
+
+def confine(argv: list[str], *, work: Path, run_dir: Path, env: dict[str, str], prepare: Path | None,
+            timeout: float) -> tuple[list[str], dict[str, str], str]:
+    """``argv`` (a dry run's torchrun) wrapped in the dry-run sandbox, for a caller that starts it
+    itself (the kit's launcher): (command, its environment, one line saying how it is confined).
+    Without bubblewrap the command runs unconfined but scrubbed, and the line says so."""
+    state = sandbox.available()
+    command, outer_env = sandbox.wrap(argv, dry_run_jail(work, run_dir, env, prepare), sandbox.Limits(wall_seconds=timeout),
+                                      sandboxed=state.ok)
+    line = "sandboxed (bubblewrap: no network, read-only but the work dir)" if state.ok else f"NOT sandboxed: {state.detail}"
+    return command, outer_env, line

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from trnfrontier.submission import (
     is_allowed_member,
     member_path,
 )
+from trnfrontier.verify.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.verify.report import Check, failed, passed
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -29,9 +29,9 @@ def load_manifest(root: Path) -> dict[str, Any] | str:
     if path.stat().st_size > _MAX_MANIFEST_BYTES:
         return f"manifest.json is over {_MAX_MANIFEST_BYTES} bytes"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"manifest.json is not valid JSON ({exc})"
+        data = strict_loads(path.read_bytes(), what="manifest.json")
+    except StrictJSONError as exc:
+        return str(exc)
     if not isinstance(data, dict):
         return "manifest.json is not a JSON object"
     if data.get("format") != FORMAT:
@@ -42,6 +42,12 @@ def load_manifest(root: Path) -> dict[str, Any] | str:
     if missing:
         return f"manifest.json lacks {', '.join(missing)}"
     return data
+
+
+def shadows_prepare(name: str) -> bool:
+    """Whether member ``name`` could be imported as ``prepare`` (prepare.py or a prepare/ package, at any depth)."""
+    parts = name.split("/")
+    return parts[-1] == "prepare.py" or "prepare" in parts[:-1]
 
 
 def check_manifest(manifest: dict[str, Any] | str, extracted: dict[str, dict[str, object]]) -> Check:
@@ -67,6 +73,8 @@ def check_manifest(manifest: dict[str, Any] | str, extracted: dict[str, dict[str
     for name in sorted(present):
         if not is_allowed_member(name):
             problems.append(f"{name} is not part of the submission format")
+        elif shadows_prepare(name):
+            problems.append(f"{name}: an archive may not ship its own prepare (the trusted prepare.py always comes first)")
     missing = [n for n in REQUIRED_MEMBERS if n != MANIFEST and n not in present]
     if missing:
         problems.append(f"required member(s) missing: {', '.join(missing)}")

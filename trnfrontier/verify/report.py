@@ -56,6 +56,8 @@ class Report:
     archive: str
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The first line of every report: whether archive code ran sandboxed, unsandboxed, or not at all.
+    sandbox: str = ""
 
     def add(self, check: Check) -> Check:
         self.checks.append(check)
@@ -74,6 +76,7 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "sandbox": self.sandbox,
             "archive": self.archive,
             "ok": self.ok,
             "checks": [asdict(c) | {"ok": c.ok} for c in self.checks],

@@ -1,14 +1,19 @@
 """verify_archive: run every check on one archive, in order, and return the Report.
 
-Order matters for safety: nothing from the archive executes until extraction, the
-manifest, launch.txt, the static screen, the size limit and the checkpoint have passed. The contract probe,
-``--rerun-eval`` and ``--dry-run`` (the only steps that run archive code, each in a
-subprocess with a time limit) are skipped, with the reason, when any of those failed.
+Order matters for safety. The trusted prepare.py is loaded, and its scoring functions
+captured, before the archive is even opened. Nothing from the archive executes until
+extraction, the manifest, launch.txt, the static screen, the size limit and the
+checkpoint have passed; the contract probe, ``--rerun-eval`` and ``--dry-run`` (the only
+steps that run archive code) are skipped, with the reason, when any of those failed.
+Archive code runs only inside the sandbox (``sandbox.py``, bubblewrap); where there is
+none, those checks fail with the reason unless ``allow_unsandboxed`` is set, and the
+report's first line (``Report.sandbox``) says which of the three happened.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,16 +23,31 @@ from typing import Any
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
-from trnfrontier.verify.archive import ExtractionError, Limits, safe_extract
-from trnfrontier.verify.budget import BudgetLogError, account
-from trnfrontier.verify.checkpoint import CheckpointError, scan_final_pt, scan_safetensors
+from trnfrontier.verify import sandbox
+from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
+from trnfrontier.verify.budget import (
+    BudgetLogError,
+    account,
+    cross_check,
+    read_segments,
+    resumed_charge,
+    trainer_log_charge,
+)
+from trnfrontier.verify.checkpoint import (
+    CheckpointError,
+    first_difference,
+    scan_final_pt,
+    scan_safetensors,
+)
 from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV, dry_run
+from trnfrontier.verify.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.verify.launch import Launch, LaunchError, parse_launch
 from trnfrontier.verify.manifest import check_manifest, load_manifest
 from trnfrontier.verify.pins import Pin, load_pins
-from trnfrontier.verify.probe_process import run_probe
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
+from trnfrontier.verify.scoring import EVAL_SEQ_LEN, TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files
+from trnfrontier.verify.served import ServedModel, ServerError
 
 RERUN_TOLERANCE = 1e-4
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
@@ -49,6 +69,12 @@ class Options:
     timeout: float | None = None
     dry_run_steps: int = 3
     limits: Limits = field(default_factory=Limits)
+    # Run archive code without bubblewrap where it is unavailable (the report says so first).
+    allow_unsandboxed: bool = False
+    # The contract probe's random cut points and rows; a fresh one per run unless given.
+    seed: int = field(default_factory=lambda: secrets.randbelow(1 << 31))
+    # Set by verify_archive from sandbox.available().
+    sandboxed: bool = True
 
     def limit(self, check: str) -> float:
         return self.timeout if self.timeout is not None else DEFAULT_TIMEOUTS[check]
@@ -59,16 +85,18 @@ class _Trusted:
     module: ModuleType | None
     path: Path | None
     why_missing: str = ""
+    scorer: TrustedScorer | None = None
 
 
 def _trusted_prepare() -> _Trusted:
+    """The trusted prepare.py, its scoring functions captured now, before any archive code runs."""
     from trnfrontier.trusted_prepare import load_contract
 
     try:
         contract = load_contract()
     except TrnfError as exc:
         return _Trusted(None, None, str(exc))
-    return _Trusted(contract.module, contract.path)
+    return _Trusted(contract.module, contract.path, scorer=TrustedScorer.capture(contract.module, contract.path))
 
 
 def _pin_check(name: str, pin: Pin, claimed: Any, *, required: bool) -> Check:
@@ -111,40 +139,85 @@ def _checkpoint_check(root: Path, manifest: dict[str, Any] | str) -> Check:
     claimed = manifest.get("params") if isinstance(manifest, dict) else None
     if claimed != st.params:
         return failed("checkpoint", f"manifest claims {claimed} parameters, the checkpoint has {st.params}")
-    return passed("checkpoint", f"{st.params:,} parameters in {st.tensors} tensors, all finite; final.pt loads with weights_only=True")
+    try:
+        differs = first_difference(fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS), fmt.member_path(root, fmt.CHECKPOINT_FINAL_PT))
+    except Exception as exc:  # noqa: BLE001 - hostile bytes raise anything; every one means "cannot compare"
+        differs = f"the two cannot be compared ({type(exc).__name__}: {str(exc)[:120]})"
+    if differs:
+        return failed("checkpoint", f"final.pt and model.safetensors disagree: {differs}")
+    return passed("checkpoint", f"{st.params:,} parameters in {st.tensors} tensors, all finite, final.pt equal to model.safetensors; final.pt loads with weights_only=True")
+
+
+def _summary(root: Path) -> dict[str, Any] | str:
+    """logs/summary.json as a dict, or why it cannot be read (strictly: no duplicate keys, bounded depth)."""
+    path = fmt.member_path(root, fmt.SUMMARY)
+    if not path.is_file():
+        return {}
+    try:
+        data = strict_loads(path.read_bytes(), what=fmt.SUMMARY)
+    except StrictJSONError as exc:
+        return str(exc)
+    return data if isinstance(data, dict) else f"{fmt.SUMMARY} is not a JSON object"
 
 
 def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
+    """The step log under the organisers' accounting, cross-checked with the summary and the trainer log."""
     path = fmt.member_path(root, fmt.STEP_LOG)
     if not path.is_file():
         return failed("budget", "logs/step_boundaries.jsonl is missing")
     try:
+        segments = read_segments(path)
         acct, how = account(path, prepare)
-    except (BudgetLogError, ValueError, KeyError, TypeError) as exc:
+    except (BudgetLogError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
+    budget = float(acct.get("budget_seconds", BUDGET_SECONDS))
     charged = float(acct["charged_seconds"])
     excluded = float(acct.get("excluded_seconds", acct["startup_seconds"]))
-    line = f"charged {charged:.1f} s of {float(acct.get('budget_seconds', BUDGET_SECONDS)):g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"
-    if acct["over_budget"]:
+    line = f"charged {charged:.1f} s of {budget:g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"
+    if len(segments) > 1:
+        charged = resumed_charge(segments, prepare)
+        line = f"resumed run: {len(segments)} segments charged {charged:.1f} s of {budget:g} in all (startup excluded once)"
+    if acct["over_budget"] or charged > budget:
         return failed("budget", "over budget: " + line)
-    return passed("budget", line)
+    summary = _summary(root)
+    if isinstance(summary, str):
+        return failed("budget", summary)
+    disagreement = cross_check(charged, budget, len(segments), summary, trainer_log_charge(fmt.member_path(root, fmt.METRICS_LOG)))
+    if disagreement:
+        return failed("budget", f"{disagreement} ({line})")
+    return passed("budget", line + "; summary and trainer log agree")
 
 
-def _contract_check(root: Path, trusted: _Trusted, options: Options) -> Check:
-    result = run_probe("contract", root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path, timeout=options.limit("contract"))
-    if result.data is None:
-        return failed("contract", f"load_for_eval probe {result.error}")
-    if "error" in result.data:
-        return failed("contract", f"load_for_eval or forward failed: {result.data['error']}")
-    checks: dict[str, dict[str, Any]] = result.data["checks"]
+def _claimed_seq_len(meta: dict[str, Any]) -> int:
+    """The sequence length the claim was measured at (the contract's 1024 when it names none)."""
+    value = (meta.get("claimed") or {}).get("eval_seq_len") if isinstance(meta.get("claimed"), dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65_536 else EVAL_SEQ_LEN
+
+
+def _serve(root: Path, trusted: _Trusted, options: Options, scratch: Path, check: str) -> ServedModel:
+    scratch.mkdir()
+    return ServedModel.start(root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
+                             scratch=scratch, timeout=options.limit(check), sandboxed=options.sandboxed)
+
+
+def _contract_check(root: Path, meta: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path) -> Check:
+    seq_len = _claimed_seq_len(meta)
+    vocab = trusted.scorer.vocab if trusted.scorer else 8192
+    try:
+        with _serve(root, trusted, options, scratch, "contract") as served:
+            checks = contract_checks(served, vocab=vocab, seq_len=seq_len, seed=options.seed)
+    except ServerError as exc:
+        return failed("contract", f"load_for_eval or forward failed (in the sandbox): {exc}")
     bad = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["passed"]]
     if bad:
         return failed("contract", "; ".join(bad))
-    return passed("contract", "causal, batch-independent, deterministic, eval mode, no hooks, finite logits")
+    return passed("contract", f"causal ({checks['causal']['detail']}), batch-independent ({checks['batch_independent']['detail']}), "
+                              f"deterministic, eval mode, no hooks, finite logits, prepare untouched; seed {options.seed}")
 
 
-def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, options: Options) -> Check:
-    if trusted.module is None or not callable(getattr(trusted.module, "evaluate_bpb", None)):
+def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path) -> Check:
+    scorer = trusted.scorer
+    if scorer is None or not callable(scorer.evaluate_bpb) or not callable(scorer.ensure_tokenizer):
         return failed("rerun-eval", f"no trusted evaluate_bpb to rerun ({trusted.why_missing or 'prepare.py lacks evaluate_bpb'})")
     claimed = manifest.get("claimed") or {}
     try:
@@ -154,18 +227,94 @@ def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, option
         return failed("rerun-eval", "manifest claimed needs val_bpb, eval_tokens and eval_seq_len")
     if claimed.get("split", "public_val") not in ("public_val", "val"):
         return failed("rerun-eval", f"claimed split {claimed.get('split')!r} is not the public validation split")
-    result = run_probe(
-        "eval", root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
-        timeout=options.limit("rerun-eval"), extra=["--seq-len", str(seq_len), "--eval-tokens", str(tokens)],
-    )
-    if result.data is None:
-        return failed("rerun-eval", f"evaluation {result.error}")
-    if "error" in result.data:
-        return failed("rerun-eval", f"evaluation failed: {result.data['error']}")
-    got = float(result.data["eval"]["val_bpb"])
+    try:
+        tokenizer = scorer.ensure_tokenizer()  # before the server starts: no data, no point
+    except Exception as exc:  # noqa: BLE001 - the trusted file's own errors (no prepared dataset, ...)
+        return failed("rerun-eval", f"evaluation failed: {type(exc).__name__}: {exc}")
+    try:
+        with _serve(root, trusted, options, scratch, "rerun-eval") as served:
+            result = scorer.evaluate(served, tokenizer, seq_len=seq_len, tokens=tokens)
+    except ServerError as exc:
+        return failed("rerun-eval", f"evaluation failed: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the trusted scorer's own errors on what the model returned
+        return failed("rerun-eval", f"evaluation failed: {type(exc).__name__}: {exc}")
+    got = float(result["val_bpb"])
     diff = abs(got - claimed_bpb)
-    line = f"trusted evaluate_bpb gives {got:.6f}, claimed {claimed_bpb:.6f} (|diff| {diff:.2g}, tol {RERUN_TOLERANCE:g}; {tokens} tokens, seq {seq_len})"
+    line = f"trusted evaluate_bpb (in verify's process; the model served from the sandbox) gives {got:.6f}, claimed {claimed_bpb:.6f} (|diff| {diff:.2g}, tol {RERUN_TOLERANCE:g}; {tokens} tokens, seq {seq_len})"
     return passed("rerun-eval", line) if diff <= RERUN_TOLERANCE else failed("rerun-eval", line)
+
+
+def _sandbox_line(options: Options) -> tuple[str, str | None]:
+    """The report's first line about the sandbox, and why archive code may not run (None: it may)."""
+    state = sandbox.available()
+    if state.ok:
+        options.sandboxed = True
+        return f"sandbox: {state.detail}", None
+    options.sandboxed = False
+    if options.allow_unsandboxed:
+        return f"NOT SANDBOXED (--allow-unsandboxed): archive code ran on this machine without isolation; {state.detail}", None
+    return (f"NO SANDBOX: archive code was not run; {state.detail}",
+            f"refused: no sandbox to run archive code in ({state.detail}); install bubblewrap, or pass --allow-unsandboxed to run it without isolation")
+
+
+def _static_checks(report: Report, root: Path, extracted: Extracted, pins: Any, trusted: _Trusted) -> tuple[dict[str, Any], Launch | None]:
+    """Every check that reads the archive without running any of it."""
+    names = sorted(extracted.files)
+    manifest = load_manifest(root)
+    report.add(check_manifest(manifest, extracted.files))
+    meta = manifest if isinstance(manifest, dict) else {}
+    report.add(_pin_check("pin:prepare", pins.prepare, meta.get("prepare_sha256"), required=True))
+    report.add(_pin_check("pin:tokenizer", pins.tokenizer, meta.get("tokenizer_sha256"), required=pins.tokenizer.sha256 is not None))
+    launch_check, launch = _launch_check(root, manifest)
+    report.add(launch_check)
+    findings, _ = screen_files(root, names)
+    if findings:
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        report.add(failed("screen", f"{findings[0]}{more}"))
+    else:
+        report.add(passed("screen", f"{sum(n.endswith('.py') for n in names)} .py files: a fast first filter (allowed imports, no network/process use, no validation data, prepare untouched, load_for_eval defined); the sandbox is the boundary"))
+    over = [f"{n} ({extracted.files[n]['size']:,} B)" for n in fmt.code_members(names) if int(extracted.files[n]["size"]) > fmt.PORTAL_FILE_LIMIT_BYTES]  # type: ignore[call-overload]
+    report.add(
+        failed("upload-size", f"over the portal's {fmt.PORTAL_FILE_LIMIT_BYTES:,}-byte limit: {', '.join(over)}")
+        if over
+        else passed("upload-size", f"every uploaded code file is under {fmt.PORTAL_FILE_LIMIT_BYTES:,} bytes")
+    )
+    report.add(_checkpoint_check(root, manifest))
+    report.add(_budget_check(root, trusted.module))
+    if meta.get("forced"):
+        report.notes.append(f"packaged with --force: {json.dumps(meta['forced'])}")
+    return meta, launch
+
+
+def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], meta: dict[str, Any], launch: Launch | None,
+                      trusted: _Trusted, options: Options, refusal: str | None) -> None:
+    """The checks that run archive code, each inside the sandbox, only once the gate has passed."""
+    blocked = [name for name in GATE if not report.get(name) or report.get(name).verdict != "pass"]  # type: ignore[union-attr]
+    requested = ["contract"] + [n for n, on in (("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run)) if on]
+    if blocked:
+        for name in requested:
+            report.add(skipped(name, f"not run: archive code executes only after {', '.join(blocked)} pass"))
+        return
+    if refusal is not None:
+        for name in requested:
+            report.add(failed(name, refusal))
+        return
+    contract = report.add(_contract_check(root, meta, trusted, options, tmp / "scratch-contract"))
+    if options.rerun_eval:
+        # A score is confirmed only for a model that keeps the contract (an acausal model's
+        # rerun reproduces its own inflated score).
+        report.add(_rerun_check(root, meta, trusted, options, tmp / "scratch-rerun") if contract.verdict == "pass"
+                   else failed("rerun-eval", "refused: the contract probe failed, and a score from a model that breaks the contract is not confirmed"))
+    if options.dry_run:
+        if launch is None:
+            report.add(skipped("dry-run", "not run: launch.txt did not parse"))
+            return
+        work = tmp / "dry-run"
+        work.mkdir()
+        res = dry_run(root, names, work, nproc=launch.nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
+                      timeout=options.limit("dry-run"), sandboxed=options.sandboxed)
+        report.add(passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason))
+        report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
 
 
 def verify_archive(archive: Path, options: Options | None = None) -> Report:
@@ -173,6 +322,9 @@ def verify_archive(archive: Path, options: Options | None = None) -> Report:
     options = options or Options()
     report = Report(archive=str(archive))
     pins = load_pins(options.pins_file)  # a bad pins file is a usage problem: raise before any work
+    # The trusted prepare.py comes first: loaded and its scorer captured before the archive is read.
+    trusted = _trusted_prepare()
+    report.sandbox, refusal = _sandbox_line(options)
     with tempfile.TemporaryDirectory(prefix="trnf-verify-") as tmp:
         root = Path(tmp) / "archive"
         root.mkdir()
@@ -184,48 +336,8 @@ def verify_archive(archive: Path, options: Options | None = None) -> Report:
             for name in [*CHECK_NAMES[1:], *requested]:
                 report.add(skipped(name, "not checked: the archive was not extracted"))
             return report
-        names = sorted(extracted.files)
         total = sum(int(e["size"]) for e in extracted.files.values())  # type: ignore[call-overload]
-        report.add(passed("extract", f"{len(names)} files, {total:,} bytes, no links, devices or escaping paths"))
-
-        manifest = load_manifest(root)
-        report.add(check_manifest(manifest, extracted.files))
-        meta = manifest if isinstance(manifest, dict) else {}
-        report.add(_pin_check("pin:prepare", pins.prepare, meta.get("prepare_sha256"), required=True))
-        report.add(_pin_check("pin:tokenizer", pins.tokenizer, meta.get("tokenizer_sha256"), required=pins.tokenizer.sha256 is not None))
-        launch_check, launch = _launch_check(root, manifest)
-        report.add(launch_check)
-
-        findings, _ = screen_files(root, names)
-        if findings:
-            more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
-            report.add(failed("screen", f"{findings[0]}{more}"))
-        else:
-            report.add(passed("screen", f"{sum(n.endswith('.py') for n in names)} .py files: allowed imports only, no network/process use, no validation data, prepare untouched, load_for_eval defined"))
-        over = [f"{n} ({extracted.files[n]['size']:,} B)" for n in fmt.code_members(names) if int(extracted.files[n]["size"]) > fmt.PORTAL_FILE_LIMIT_BYTES]  # type: ignore[call-overload]
-        report.add(
-            failed("upload-size", f"over the portal's {fmt.PORTAL_FILE_LIMIT_BYTES:,}-byte limit: {', '.join(over)}")
-            if over
-            else passed("upload-size", f"every uploaded code file is under {fmt.PORTAL_FILE_LIMIT_BYTES:,} bytes")
-        )
-        report.add(_checkpoint_check(root, manifest))
-        trusted = _trusted_prepare()
-        report.add(_budget_check(root, trusted.module))
-        if meta.get("forced"):
-            report.notes.append(f"packaged with --force: {json.dumps(meta['forced'])}")
-
-        blocked = [name for name in GATE if not report.get(name) or report.get(name).verdict != "pass"]  # type: ignore[union-attr]
-        why = f"not run: archive code executes only after {', '.join(blocked)} pass"
-        report.add(skipped("contract", why) if blocked else _contract_check(root, trusted, options))
-        if options.rerun_eval:
-            report.add(skipped("rerun-eval", why) if blocked else _rerun_check(root, meta, trusted, options))
-        if options.dry_run:
-            if blocked or launch is None:
-                report.add(skipped("dry-run", why))
-            else:
-                work = Path(tmp) / "dry-run"
-                work.mkdir()
-                res = dry_run(root, names, work, nproc=launch.nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps, timeout=options.limit("dry-run"))
-                report.add(passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason))
-                report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
+        report.add(passed("extract", f"{len(extracted.files)} files, {total:,} bytes, no links, devices or escaping paths"))
+        meta, launch = _static_checks(report, root, extracted, pins, trusted)
+        _executing_checks(report, Path(tmp), root, sorted(extracted.files), meta, launch, trusted, options, refusal)
     return report

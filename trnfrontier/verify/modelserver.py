@@ -1,0 +1,215 @@
+"""The archive's model, served from inside the sandbox: load_for_eval, then logits on request.
+
+Run as a script (``python -I modelserver.py ...``) inside bubblewrap, never imported by
+the tool. It must work with the standard library, torch and the trusted prepare.py only.
+It is the one process where train.py runs; everything that judges the model (causality,
+batch independence, the trusted ``evaluate_bpb``) runs in verify's own process and sees
+only the logits this server returns, so nothing train.py does here can reach the scorer.
+The sandbox has no dataset bound: a model cannot read the validation split at load time.
+
+Wire format on two inherited file descriptors (``--fd-in``, ``--fd-out``); every message
+is ``uint32 little-endian header length, JSON header, payload of header["nbytes"] bytes``:
+
+  server -> verify  {"ready": true, "prepare_changed": [...], "hooks": [...], "training": [...]}
+                    or {"error": "..."} when train.py or load_for_eval fails
+  verify -> server  {"op": "forward", "shape": [B, T]} + B*T int64 tokens
+  server -> verify  {"shape": [B, T, V], "nbytes": n} + float32 logits, or {"error": "..."}
+  verify -> server  {"op": "inspect"}  ->  {"hooks": [...], "training": [...], "attempts": [...]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import struct
+import sys
+import traceback
+
+_MAX_HEADER = 1 << 16
+# What train.py tried that the sandbox blocks or contains (writes outside its scratch and
+# /tmp, sockets, processes), seen by an audit hook installed before train.py is imported.
+# The sandbox is the boundary; this only lets verify reject an archive whose attempt failed quietly.
+_ATTEMPTS: list[str] = []
+_PROCESS_EVENTS = frozenset({"os.system", "subprocess.Popen", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn"})
+_PATH_EVENTS = frozenset({"os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.symlink", "os.link", "os.truncate", "shutil.rmtree"})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _outside(path, allowed: tuple[str, ...]) -> str | None:
+    try:
+        resolved = os.path.abspath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return None  # a file descriptor, not a path
+    return None if resolved == "/dev/null" or resolved.startswith(allowed) else resolved
+
+
+def _watch(allowed: tuple[str, ...]):
+    def hook(event: str, args: tuple) -> None:
+        if len(_ATTEMPTS) >= 20:
+            return
+        if event == "open" and len(args) >= 3:
+            path, mode, flags = args[0], args[1], args[2]
+            writing = (isinstance(mode, str) and bool(set(mode) & set("wax+"))) or (isinstance(flags, int) and flags & _WRITE_FLAGS)
+            where = _outside(path, allowed) if writing and path is not None else None
+            if where:
+                _ATTEMPTS.append(f"write to {where}")
+        elif event in _PATH_EVENTS and args:
+            where = _outside(args[0], allowed)
+            if where:
+                _ATTEMPTS.append(f"{event} {where}")
+        elif event in ("socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo"):
+            _ATTEMPTS.append(f"{event} {args[1]!r}"[:120] if len(args) > 1 else event)
+        elif event in _PROCESS_EVENTS:
+            _ATTEMPTS.append(event)
+
+    return hook
+
+
+def _send(fd: int, header: dict, payload: bytes = b"") -> None:
+    header = dict(header, nbytes=len(payload))
+    raw = json.dumps(header).encode()
+    data = struct.pack("<I", len(raw)) + raw + payload
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        block = os.read(fd, min(left, 1 << 22))
+        if not block:
+            raise EOFError("verify closed the channel")
+        chunks.append(block)
+        left -= len(block)
+    return b"".join(chunks)
+
+
+def _receive(fd: int) -> tuple[dict, bytes]:
+    (size,) = struct.unpack("<I", _read_exact(fd, 4))
+    if size > _MAX_HEADER:
+        raise ValueError("header too long")
+    header = json.loads(_read_exact(fd, size))
+    return header, _read_exact(fd, int(header.get("nbytes", 0)))
+
+
+def _public(module) -> dict:
+    """Identity of every public attribute of ``module`` (and of each function's code and defaults)."""
+    seen = {}
+    for name, value in vars(module).items():
+        if name.startswith("__"):
+            continue
+        seen[name] = (id(value), id(getattr(value, "__code__", None)), id(getattr(value, "__defaults__", None)))
+    return seen
+
+
+def _changed(before: dict, module) -> list[str]:
+    after = _public(module)
+    return sorted(name for name in set(before) | set(after) if before.get(name) != after.get(name))
+
+
+def _load_prepare(path: str | None):
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("prepare", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["prepare"] = module  # `import prepare` in train.py gets the trusted file
+    spec.loader.exec_module(module)
+    return module
+
+
+def _inspect(model) -> dict:
+    from torch.nn.modules import module as nn_module
+
+    hooks = []
+    for name, sub in model.named_modules():
+        for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            if getattr(sub, attr, None):
+                hooks.append(f"{attr.strip('_')} on {name or 'the model'}")
+    for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks"):
+        if getattr(nn_module, attr, None):
+            hooks.append(f"a global {attr.strip('_')[7:]}")
+    training = [n or "the model" for n, m in model.named_modules() if m.training]
+    return {"hooks": hooks, "training": training[:5], "attempts": list(_ATTEMPTS)}
+
+
+def _logits(model, idx):
+    out = model(idx)
+    if isinstance(out, dict):
+        out = out.get("logits")
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    return out
+
+
+def _load(args):
+    import torch
+
+    prepare = _load_prepare(args.prepare)
+    before = _public(prepare) if prepare is not None else {}
+    allowed = tuple(os.path.abspath(p) + os.sep for p in (os.environ.get("HOME", "/nonexistent"), os.environ.get("TMPDIR", "/tmp"), "/tmp"))
+    sys.addaudithook(_watch(allowed))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.train_py)))
+    spec = importlib.util.spec_from_file_location("train", args.train_py)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train"] = module
+    spec.loader.exec_module(module)
+    model = module.load_for_eval(args.checkpoint, torch.device("cpu"))
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"load_for_eval returned {type(model).__name__}, not an nn.Module")
+    changed = _changed(before, prepare) if prepare is not None else []
+    return model, changed
+
+
+def _serve(model, fd_in: int, fd_out: int) -> None:
+    import torch
+
+    while True:
+        header, payload = _receive(fd_in)
+        if header.get("op") == "inspect":
+            _send(fd_out, _inspect(model))
+            continue
+        if header.get("op") != "forward":
+            return
+        batch, length = (int(v) for v in header["shape"])
+        idx = torch.frombuffer(bytearray(payload), dtype=torch.int64).reshape(batch, length)
+        with torch.no_grad():
+            out = _logits(model, idx)
+        if not isinstance(out, torch.Tensor):
+            _send(fd_out, {"error": f"forward returned {type(out).__name__}, not a logits tensor"})
+            return
+        out = out.detach().to("cpu", torch.float32).contiguous()
+        _send(fd_out, {"shape": list(out.shape)}, out.numpy().tobytes())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train-py", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--prepare")
+    parser.add_argument("--fd-in", type=int, required=True)
+    parser.add_argument("--fd-out", type=int, required=True)
+    args = parser.parse_args()
+    try:
+        import torch
+
+        torch.manual_seed(0)
+        model, changed = _load(args)
+        _send(args.fd_out, {"ready": True, "prepare_changed": changed, **_inspect(model)})
+    except BaseException as exc:  # report the failure as data; verify turns it into a check
+        _send(args.fd_out, {"error": traceback.format_exception_only(type(exc), exc)[-1].strip()[:400]})
+        return 1
+    try:
+        _serve(model, args.fd_in, args.fd_out)
+    except EOFError:
+        return 0
+    except BaseException as exc:
+        _send(args.fd_out, {"error": traceback.format_exception_only(type(exc), exc)[-1].strip()[:400]})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
