@@ -17,6 +17,13 @@ document:
   The probe's own peak (it holds the model, necessarily) is reported apart.
 
 The archive's tiny train.py and builders come from tests/verify/verify_kit.py.
+
+    python benchmarks/bench_verify.py --archive runs/demo/submission.tar --baseline-src DIR [--repeats 3]
+
+times `trnf verify ARCHIVE` (a real one, such as the demo's) with this checkout against
+the same command with the trnfrontier of ``DIR`` (for instance ``git archive`` of an older
+commit unpacked there), alternating the two so that machine load hits both alike:
+``ratio = ours / baseline`` (best of ``--repeats`` each).
 """
 
 from __future__ import annotations
@@ -41,14 +48,14 @@ from pathlib import Path
 from trnfrontier.verify import Options, verify_archive
 import trnfrontier.verify.runner as runner
 probe_seconds = []
-original = runner.run_probe
+original = runner._contract_check
 def timed(*args, **kwargs):
     started = time.perf_counter()
     try:
         return original(*args, **kwargs)
     finally:
         probe_seconds.append(time.perf_counter() - started)
-runner.run_probe = timed
+runner._contract_check = timed
 started = time.perf_counter()
 report = verify_archive(Path(sys.argv[1]), Options(pins_file=Path(sys.argv[2])))
 elapsed = time.perf_counter() - started
@@ -91,11 +98,43 @@ def sha256sum_seconds(archive: Path) -> float:
     return time.perf_counter() - started
 
 
+def cli_seconds(archive: Path, src: Path) -> tuple[float, int]:
+    """Wall seconds of `python -m trnfrontier verify ARCHIVE --json` with ``src``'s trnfrontier first on the path."""
+    env = dict(os.environ, PYTHONPATH=str(src))
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "trnfrontier", "verify", str(archive), "--json"], capture_output=True, env=env)
+    return time.perf_counter() - started, done.returncode
+
+
+def compare(archive: Path, baseline: Path, repeats: int) -> dict:
+    ours, theirs = [], []
+    for _ in range(repeats):  # alternate, so that load changes hit both sides alike
+        ours.append(cli_seconds(archive, REPO_ROOT))
+        theirs.append(cli_seconds(archive, baseline))
+    best_ours, best_theirs = min(t for t, _ in ours), min(t for t, _ in theirs)
+    return {
+        "benchmark": "verify-vs-baseline",
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "archive": str(archive), "archive_mb": round(archive.stat().st_size / 1e6, 1),
+        "exit_codes": {"ours": sorted({c for _, c in ours}), "baseline": sorted({c for _, c in theirs})},
+        "time": {"unit": "s", "ours": round(best_ours, 2), "reference": round(best_theirs, 2),
+                 "reference_is": f"trnf verify with the trnfrontier of {baseline}", "ratio": round(best_ours / best_theirs, 2),
+                 "all_ours": [round(t, 2) for t, _ in ours], "all_reference": [round(t, 2) for t, _ in theirs]},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=300.0, help="checkpoint megabytes in the archive (both copies)")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--archive", type=Path, help="time verify on this archive instead of a generated one")
+    parser.add_argument("--baseline-src", type=Path, help="with --archive: a directory holding the trnfrontier to compare with")
     args = parser.parse_args()
+    if args.archive is not None:
+        if args.baseline_src is None:
+            parser.error("--archive needs --baseline-src")
+        print(json.dumps(compare(args.archive, args.baseline_src, args.repeats), indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         big, big_pins = build(Path(tmp) / "big", args.mb)
         small, small_pins = build(Path(tmp) / "small", args.mb / 4)

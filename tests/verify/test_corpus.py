@@ -1,5 +1,6 @@
-"""The valid archive passes every check; each crafted bad archive fails the check it targets, without a crash,
-without a file appearing outside verify's temporary directory, and without running a pickle payload."""
+"""The valid archive passes every check; a pickle payload never runs; a screen failure blocks execution.
+
+Each crafted bad archive of corpus.py (and hostile.py) is run by test_hostile.py."""
 
 from __future__ import annotations
 
@@ -36,29 +37,6 @@ def test_valid_archive_passes_every_check(sandbox: Path) -> None:
     assert [c for c in report.checks if c.verdict != "pass"] == []
     assert report.ok and report.exit_code == 0
     assert _tree(sandbox / "tmp") == set()  # the temporary directory is gone
-
-
-def test_corpus_is_big_enough() -> None:
-    assert len(CORPUS) >= 25
-
-
-@pytest.mark.parametrize("case", sorted(CORPUS))
-def test_bad_archive_fails_its_check(case: str, sandbox: Path) -> None:
-    build, target = CORPUS[case]
-    work = sandbox / "work"
-    archive = build(work)
-    pins = pins_file(sandbox)
-    before = _tree(sandbox)
-    report = verify_archive(archive, Options(pins_file=pins, timeout=120))
-    check = report.get(target)
-    assert check is not None, f"{case}: no {target} check in {[c.name for c in report.checks]}"
-    assert check.verdict == "fail", f"{case}: {target} was {check.verdict}: {check.reason}"
-    assert not report.ok and report.exit_code == 1
-    assert all(c.reason for c in report.checks)
-    # Nothing written anywhere under the sandbox (work dir, its parents' stand-in, temp) by verify.
-    assert _tree(sandbox) == before, f"{case}: verify left {_tree(sandbox) - before}"
-    assert not list(sandbox.rglob(MARKER_NAME))
-    assert not (sandbox.parent / "x").exists()
 
 
 def test_pickle_payload_is_real_but_never_runs(sandbox: Path) -> None:

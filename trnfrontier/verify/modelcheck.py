@@ -120,6 +120,10 @@ def check_model(forward: Any, info: dict[str, Any], *, vocab: int, seq_len: int,
     checks = _server_checks(info)
     base_x = torch.randint(0, vocab, (1, seq_len), generator=gen)  # one row: the batch checks cover rows
     base = forward(base_x)
+    wide = base.shape[-1] >= vocab
+    checks["vocabulary"] = _verdict(wide, f"logits over {base.shape[-1]} tokens" + ("" if wide else f", fewer than the vocabulary's {vocab}"))
+    if not wide:
+        return checks
     finite = bool(torch.isfinite(base).all())
     checks["finite"] = _verdict(finite, "logits are finite" if finite else "logits contain NaN or inf")
     if not finite:

@@ -28,8 +28,8 @@ import sys
 import traceback
 
 _MAX_HEADER = 1 << 16
-# What train.py tried that the sandbox blocks or contains (writes outside its scratch and
-# /tmp, sockets, processes), seen by an audit hook installed before train.py is imported.
+# What train.py tried that the sandbox blocks or contains (writes outside its scratch,
+# sockets, processes), seen by an audit hook installed before train.py is imported.
 # The sandbox is the boundary; this only lets verify reject an archive whose attempt failed quietly.
 _ATTEMPTS: list[str] = []
 _PROCESS_EVENTS = frozenset({"os.system", "subprocess.Popen", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn"})
@@ -149,7 +149,8 @@ def _load(args):
 
     prepare = _load_prepare(args.prepare)
     before = _public(prepare) if prepare is not None else {}
-    allowed = tuple(os.path.abspath(p) + os.sep for p in (os.environ.get("HOME", "/nonexistent"), os.environ.get("TMPDIR", "/tmp"), "/tmp"))
+    # Its own scratch (HOME, TMPDIR) only: /tmp is a throwaway tmpfs, but nothing honest needs it.
+    allowed = tuple(os.path.abspath(p) + os.sep for p in (os.environ.get("HOME", "/nonexistent"), os.environ.get("TMPDIR", "/nonexistent"), "/dev/shm"))
     sys.addaudithook(_watch(allowed))
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.train_py)))
     spec = importlib.util.spec_from_file_location("train", args.train_py)

@@ -54,13 +54,13 @@ class ServedModel:
         ``read_only``: more paths it needs, such as a clean venv)."""
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
-        argv = [python or sys.executable, "-I", str(SERVER), "--train-py", str(root / "train.py"), "--checkpoint", str(checkpoint),
+        argv = [python or sys.executable, "-I", "-B", str(SERVER), "--train-py", str(root / "train.py"), "--checkpoint", str(checkpoint),
                 "--fd-in", str(to_r), "--fd-out", str(from_w)]
         read_only = [root, SERVER, *read_only]
         if prepare is not None:
             argv += ["--prepare", str(prepare)]
             read_only.append(prepare)
-        env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "LANG": "C.UTF-8"}
         jail = sandbox.Jail(scratch=scratch, env=env, read_only=tuple(read_only), cwd=root)
         log = scratch / ".server.log"
         command, outer_env = sandbox.wrap(argv, jail, sandbox.Limits(wall_seconds=timeout), sandboxed=sandboxed)
