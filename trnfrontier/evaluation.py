@@ -22,6 +22,7 @@ from typing import Any
 from trnfrontier import processes
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.progress import Steps
 from trnfrontier.runtime.rundir import FINAL_DIR, META_FILE, RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
 
@@ -245,8 +246,10 @@ def rank(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ranked
 
 
-def evaluate(targets: list[Target], options: EvalOptions, progress: Any = None) -> dict[str, Any]:
-    """Score every target in its own process; the JSON document `trnf eval --json` prints."""
+def evaluate(targets: list[Target], options: EvalOptions, progress: Steps | None = None) -> dict[str, Any]:
+    """Score every target in its own process; the JSON document `trnf eval --json` prints.
+    ``progress`` is told which target is being scored and advances as each finishes."""
+    bar = progress or Steps.none()
     if not targets:
         raise UsageError("give at least one PATH (run dir, checkpoint dir or file) or --train-py with --checkpoint")
     check_device(options.device)
@@ -258,8 +261,7 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Any = None) 
     results = []
     for target in targets:
         spec = worker_spec(target, options, prepare)
-        if progress is not None:
-            progress(f"evaluating {target.label}: {spec['tokens']:,} tokens, seq_len {spec['seq_len']}, batch {spec['batch_size']} ...")
+        bar.describe(f"evaluating {target.label}: {spec['tokens']:,} tokens, seq_len {spec['seq_len']}, batch {spec['batch_size']} ...")
         result = {
             key: spec[key]
             for key in ("tokens_source", "seq_len", "seq_len_source", "batch_size", "timeout", "recorded_val_bpb")
@@ -270,6 +272,7 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Any = None) 
         if result["status"] == "ok" and result["recorded_val_bpb"] is not None:
             result["matches_recorded"] = result["val_bpb"] == result["recorded_val_bpb"]
         results.append(result)
+        bar.advance()
     ranked = rank(results)
     return {
         "split": "public_val",

@@ -3,7 +3,8 @@
 ``steps(description, total)`` is a context manager giving an object with ``advance()``
 and ``describe()``; on a terminal it draws a rich progress bar on stderr (so `--json`
 stdout stays clean) and removes it when done; elsewhere (CI, a pipe) it prints the
-description once, so a log still says what the minutes were spent on.
+description and each new description as a plain line, so a log still says what the
+minutes were spent on.
 ``Steps.none()`` is the stand-in when the caller shows nothing.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -47,16 +49,36 @@ class Steps:
             self._bar.update(self._task, description=description)
 
 
+class PlainSteps(Steps):
+    """Not a terminal: each new description is one line on stderr, no bar."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        self._console = console
+        self._last: str | None = None
+
+    def describe(self, description: str) -> None:
+        if description != self._last:
+            self._console.print(description)
+            self._last = description
+
+
 @contextmanager
-def steps(description: str, total: float | None, *, enabled: bool = True) -> Iterator[Steps]:
-    """A progress bar of ``total`` units (None: unknown, a spinner and the elapsed time)."""
+def steps(
+    description: str, total: float | None, *, enabled: bool = True, announce: bool = True
+) -> Iterator[Steps]:
+    """A progress bar of ``total`` units (None: unknown, a spinner and the elapsed time).
+    ``announce=False``: off a terminal, print nothing until the first ``describe`` (for
+    work that may still be refused before it starts)."""
     if not enabled:
         yield Steps.none()
         return
     console = err()
     if not console.is_terminal:
-        console.print(f"{description} ...")
-        yield Steps.none()
+        plain = PlainSteps(console)
+        if announce:
+            plain.describe(f"{description} ...")
+        yield plain
         return
     bar = Progress(
         SpinnerColumn(),

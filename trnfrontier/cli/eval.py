@@ -12,6 +12,7 @@ from rich.table import Table
 
 from trnfrontier.console import err, keep_wide, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.progress import steps
 
 
 def _short(sha: str | None) -> str:
@@ -120,7 +121,9 @@ def command(
         temperature=temperature,
     )
     notes = err()
-    document = evaluate(targets, options, progress=lambda line: notes.print(line))
+    what = f"scoring {len(targets)} checkpoint(s) with the trusted evaluate_bpb"
+    with steps(what, len(targets), announce=False) as bar:
+        document = evaluate(targets, options, progress=bar)
     from trnfrontier.ledger.record import record_eval
 
     record_eval(document, warn=lambda line: notes.print(line, style="yellow"))
