@@ -92,7 +92,9 @@ def test_trnf_train_writes_them_when_the_run_finishes(
 
     def finished(plan: training.RunPlan, **_: object) -> dict:
         made = _finished_run(tmp_path)
-        made.rename(plan.run_dir)
+        plan.run_dir.mkdir(parents=True, exist_ok=True)
+        for path in made.iterdir():
+            path.rename(plan.run_dir / path.name)
         return json.loads((plan.run_dir / "summary.json").read_text())
 
     monkeypatch.setattr(training, "run_plan", finished)
