@@ -209,6 +209,40 @@ def venv_prepare(venv: Path) -> tuple[Path, ...]:
     return tuple(p for p in found if p.exists())
 
 
+# torchrun's own report after a worker failed: a row of '=' or '-', its ChildFailedError and
+# the summary fields; the line that says why is the worker's exception above them.
+_TORCHRUN_NOISE = re.compile(r"^([=\-]{8,}|torch\.distributed\.elastic\S*Error\b.*|\S*ChildFailedError\b.*)$")
+
+
+def error_line(output: str) -> str:
+    """The line of a failed dry run's output that says why: the worker's exception
+    (``RuntimeError: ...``), not torchrun's closing banner; else the last line."""
+    from trnfrontier.kit.logs import last_error_line
+
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return last_error_line([line for line in lines if not _TORCHRUN_NOISE.match(line)])
+
+
+def keep_log(output: str) -> Path | None:
+    """The output's tail in a file that outlives the dry run's temporary work directory,
+    so the failure can name it (None when even that cannot be written)."""
+    import os
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix="trnf-verify-dry-run-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(output)
+    except OSError:
+        return None
+    return Path(name)
+
+
+def _log_note(output: str) -> str:
+    kept = keep_log(output)
+    return f"; log (its last part): {kept}" if kept is not None else ""
+
+
 def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, prepare: Path | None, steps: int, timeout: float,
             sandboxed: bool = True) -> DryRunResult:
     """Run the dry run under ``work`` (an empty temporary directory), inside the sandbox unless ``sandboxed`` is False."""
@@ -227,10 +261,10 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
     cmd = [str(python), "-I", "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py"]
     code, tail = sandbox.run(cmd, dry_run_jail(work, run_dir, env, prepare), timeout=timeout, sandboxed=sandboxed)
     if code is None:
-        return DryRunResult(False, f"train.py did not finish {steps} steps within {timeout:g} s ({DRY_RUN_STEPS_ENV}={steps}; process group killed)")
+        return DryRunResult(False, f"train.py did not finish {steps} steps within {timeout:g} s ({DRY_RUN_STEPS_ENV}={steps}; "
+                                   f"process group killed){_log_note(tail)}")
     if code != 0:
-        last = [line for line in tail.strip().splitlines() if line.strip()]
-        return DryRunResult(False, f"train.py exited {code} under torchrun x{nproc} (gloo, CPU): {(last[-1] if last else '')[:240]}")
+        return DryRunResult(False, f"train.py exited {code} under torchrun x{nproc} (gloo, CPU): {error_line(tail)[:240]}{_log_note(tail)}")
     checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:
         return DryRunResult(False, "train.py exited 0 but wrote no checkpoint (*.pt)")

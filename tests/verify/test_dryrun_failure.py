@@ -1,0 +1,52 @@
+"""A failed verify dry run says why (the worker's exception, not torchrun's banner) and names its log."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from trnfrontier.verify import dryrun
+
+TORCHRUN_TAIL = """
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/run/train.py", line 12, in <module>
+[rank0]:     raise RuntimeError("boom at step 2")
+[rank0]: RuntimeError: boom at step 2
+E1130 12:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  exitcode  : 1 (pid: 42)
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_the_error_line_is_the_workers_exception() -> None:
+    assert dryrun.error_line(TORCHRUN_TAIL) == "RuntimeError: boom at step 2"
+    assert dryrun.error_line("just a line\n") == "just a line"
+
+
+def test_a_failed_dry_run_names_its_kept_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    (root / "train.py").write_text("raise RuntimeError('boom at step 2')\n")
+    monkeypatch.setattr(dryrun, "build_clean_env", lambda work, prepare: work / "venv" / "bin" / "python")
+    monkeypatch.setattr(dryrun.sandbox, "run", lambda *a, **k: (1, TORCHRUN_TAIL))
+    work = tmp_path / "work"
+    work.mkdir()
+    result = dryrun.dry_run(root, ["train.py"], work, nproc=1, lnc=2, prepare=None, steps=3, timeout=60)
+    assert not result.passed
+    assert "RuntimeError: boom at step 2" in result.reason and "=====" not in result.reason
+    log = Path(re.search(r"log \(its last part\): (\S+)$", result.reason).group(1))
+    try:
+        assert "ChildFailedError" in log.read_text()  # the whole tail is kept for reading
+    finally:
+        log.unlink()
