@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,9 @@ def test_runs_lists_filters_sorts_and_rebuilds(ledger_env: Path, capsys) -> None
     assert [r["name"] for r in json.loads(out)["runs"]] == ["base", "fast", "dead"]
     code, out, _ = run_cli(["runs"], capsys)
     assert code == 0 and "batch_size 16->32" in out and "diverged" in out
+    shutil.rmtree(ledger_env / "dead")
+    code, out, _ = run_cli(["runs"], capsys)
+    assert "diverged (folder gone)" in out
     code, _, err = run_cli(["runs", "--sort", "nonsense"], capsys)
     assert code == 2 and "no such column" in err
     # A damaged ledger is a clear line that names the fix; rebuild restores it.
@@ -134,7 +138,7 @@ def test_runs_lists_filters_sorts_and_rebuilds(ledger_env: Path, capsys) -> None
     code, _, err = run_cli(["runs"], capsys)
     assert code == 1 and "trnf runs rebuild" in err
     code, out, _ = run_cli(["runs", "rebuild", "runs"], capsys)
-    assert code == 0 and "3 runs" in out
+    assert code == 0 and "2 runs" in out  # the deleted one is gone from the index too
 
 
 def test_the_projection_recovers_a_planted_offset(ledger_env: Path, capsys) -> None:
@@ -170,7 +174,18 @@ def test_show_and_plots(ledger_env: Path, capsys) -> None:
     assert code == 0 and shown["parent_diff"] == {"optim.matrix_lr": [0.02, 0.03]}
     assert shown["recipe_key"] == reader.recipe_key(json.loads((ledger_env / "b" / "recipe.json").read_text()))
     code, out, _ = run_cli(["runs", "show", str(ledger_env / "a")], capsys)
-    assert code == 0 and "score (train): val_bpb 0.950000" in out
+    assert code == 0 and "score (train): val_bpb 0.950000" in out and "no official scores recorded" in out
+    # The parent is the team's to choose.
+    assert run_cli(["runs", "set-parent", "b"], capsys)[0] == 0
+    assert json.loads(run_cli(["runs", "show", "b", "--json"], capsys)[1])["parent_diff"] is None
+    assert run_cli(["runs", "set-parent", "b", "a"], capsys)[0] == 0
+    assert json.loads(run_cli(["runs", "show", "b", "--json"], capsys)[1])["parent_name"] == "a"
+    code, _, err = run_cli(["runs", "set-parent", "a", "a"], capsys)
+    assert code == 2 and "its own parent" in one_error(err)
+    # With an official pair, every score at that setting shows its projection.
+    assert run_cli(["runs", "record-official", "a", "0.97"], capsys)[0] == 0
+    code, out, _ = run_cli(["runs", "show", "b"], capsys)
+    assert "projected official 0.9600 (± ?)" in out  # one pair: offset +0.02, uncertainty unknown
     code, out, err = run_cli(["runs", "plot", "a", "b", "-o", "curves.png"], capsys)
     assert code == 0, err
     assert Path("curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -51,7 +51,7 @@ def render_list(runs: list[dict[str, Any]], fits_line: str, console: Console) ->
     from trnfrontier.ledger.scores import describe_setting
 
     for run in runs:
-        status = run.get("status") or "?"
+        status = (run.get("status") or "?") + ("" if run.get("present", True) else " (folder gone)")
         commit = _short(run.get("git_commit")) + ("*" if run.get("git_dirty") else "")
         device = f"{run.get('device') or '?'} x{run.get('world_size') or '?'}"
         if run.get("lnc") and str(run.get("device")).startswith("neuron"):
@@ -125,6 +125,7 @@ def show_command(
 ) -> None:
     """Everything the ledger holds about one run: provenance, environment, every score,
     official scores, and its recipe's difference from its parent (or --against RUN)."""
+    from trnfrontier.ledger import official
     from trnfrontier.ledger.listing import annotate
     from trnfrontier.ledger.reader import recipe_diff
     from trnfrontier.ledger.record import find_run, load_runs
@@ -155,14 +156,18 @@ def show_command(
     for key, (old, new) in diff.items():
         grid.add_row("", escape(f"{key}: {old} -> {new}"))
     console.print(grid)
+    fits = official.fit_offsets(runs)
     for score in annotated["scores"]:
+        projected = official.project(score, fits)
+        shown = "" if projected is None else f"; projected official {_projected({'projected': projected})}"
         console.print(
             f"score ({score['source']}): val_bpb {score['val_bpb']:.6f} on {score.get('split')}, "
-            f"{_num(score.get('num_tokens'), ',')} tokens, seq_len {score.get('seq_len')}, status {score.get('status')}"
+            f"{_num(score.get('num_tokens'), ',')} tokens, seq_len {score.get('seq_len')}, status {score.get('status')}{shown}"
         )
     for pair in annotated["official"]:
         console.print(f"official: {pair['official']:.6f} (local then {pair['local_val_bpb']:.6f}){' - ' + escape(pair['note']) if pair.get('note') else ''}")
-    console.print(f"projected official: {_projected(annotated)}")
+    if not fits:
+        console.print(official.no_pairs_line())
 
 
 @app.command("rebuild")
@@ -197,6 +202,19 @@ def record_official_command(
         f"(difference {line['official'] - line['local_val_bpb']:+.6f})"
     )
     out().print(_fits_line(fits))
+
+
+@app.command("set-parent")
+def set_parent_command(
+    run: str = typer.Argument(..., help="Run name or directory."),
+    parent: str | None = typer.Argument(None, help="The run it varies (omit to clear)."),
+) -> None:
+    """Choose the run a run's recipe is diffed against (by default: the latest earlier run
+    of the same recipe name, preferring one without overrides)."""
+    from trnfrontier.ledger.record import load_runs, set_parent
+
+    chosen = set_parent(load_runs(note=_note), run, parent)
+    out().print(f"{run}: parent {chosen['name'] if chosen else 'none'}")
 
 
 @app.command("plot")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trnfrontier.errors import UsageError
@@ -64,6 +65,8 @@ def annotate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "projected": list(projected) if projected else None,
                 "parent_name": parent["name"] if parent else None,
                 "parent_diff": reader.recipe_diff(parent["recipe_json"], run["recipe_json"]) if parent else None,
+                # Deleted or moved since it was indexed: its rows stay until `trnf runs rebuild`.
+                "present": Path(run["run_dir"]).is_dir(),
             }
         )
     return annotated

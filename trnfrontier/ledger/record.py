@@ -196,3 +196,17 @@ def record_official(runs: list[dict[str, Any]], ref: str, score: float, note: st
     provenance.append_line(run_dir / OFFICIAL_FILE, line)
     index_run(run_dir, warn=_raise)
     return line
+
+
+def set_parent(runs: list[dict[str, Any]], ref: str, parent_ref: str | None) -> dict[str, Any] | None:
+    """Make ``parent_ref`` the run ``ref`` is diffed against (None: no parent), in the
+    run's provenance.json, and reindex. Returns the parent run."""
+    run = find_run(runs, ref)
+    parent = find_run(runs, parent_ref) if parent_ref is not None else None
+    if parent is not None and parent["run_dir"] == run["run_dir"]:
+        raise UsageError(f"{run['name']} cannot be its own parent")
+    run_dir = Path(run["run_dir"])
+    current = provenance.read_json(run_dir / provenance.PROVENANCE_FILE) or {}
+    provenance.write_provenance(run_dir, {**current, "parent": parent["run_dir"] if parent else None})
+    index_run(run_dir, warn=_raise)
+    return parent
