@@ -92,6 +92,10 @@ def _explain_load_failure(target: str, exc: BaseException) -> WorkerError:
     since `trnf eval` prefixes every message with the path it was given."""
     where = f"{target}: " if target else ""
     text = str(exc)
+    from trnfrontier.runtime.integrity import DamagedFileError
+
+    if isinstance(exc, DamagedFileError):  # already one line naming the file and the remedy
+        return WorkerError("load", f"{where}{text}")
     # torch.load(weights_only=True) names the class it refused ("Unsupported global"); any
     # other unpickling failure (a text file, a bare pickle) means the bytes are no checkpoint.
     if "Unsupported global" in text:

@@ -33,8 +33,9 @@ from trnfrontier.interrupted import clear_stopped_run, restartable
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime.atomic import atomic_write_json
-from trnfrontier.runtime.checkpoint import latest_checkpoint
+from trnfrontier.runtime.checkpoint import check_resumable, latest_checkpoint
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
+from trnfrontier.runtime.integrity import DamagedFileError
 from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 from trnfrontier.runtime.rundir import (
     COMPLETED,
@@ -193,11 +194,16 @@ def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -
             f"--resume {run_dir}: the run already completed (summary.json); start a new one with --name",
             exit_code=2,
         )
-    if latest_checkpoint(run_dir) is None:
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
         raise TrnfError(
             f"--resume {run_dir}: no complete checkpoint under checkpoints/ (run.checkpoint_every_seconds decides how often they are written)",
             exit_code=2,
         )
+    try:
+        check_resumable(latest)  # size and SHA256 of every file, before a worker starts
+    except DamagedFileError as exc:
+        raise TrnfError(f"--resume {run_dir}: {exc}") from None
     return _checked_plan(recipe, run_dir, resume=True)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
+from trnfrontier.runtime.integrity import DamagedFileError, check_directory
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     FINAL_DIR,
@@ -81,6 +82,12 @@ def read_run(path: Path) -> RunDir:
             f"{path} has no final checkpoint (final/{', final/'.join(missing)} missing; run status {status}); "
             "only a run that completed can be packaged"
         )
+    try:
+        check_directory(final_dir)  # a flipped byte would otherwise be packaged and scored
+    except DamagedFileError as exc:
+        raise TrnfError(
+            f"{exc}; refusing to package it: restore final/ from a copy or train the run again"
+        ) from None
     if (path / RECIPE_FILE).is_file():
         recipe = read_json(path / RECIPE_FILE, "recipe.json")
     else:

@@ -70,11 +70,17 @@ def atomic_write_json(path: Path, document: Any) -> None:
     atomic_write_bytes(path, json_bytes(document))
 
 
-def write_directory(target: Path, files: Mapping[str, Callable[[IO[bytes]], None]]) -> Path:
+def write_directory(
+    target: Path,
+    files: Mapping[str, Callable[[IO[bytes]], None]],
+    before_rename: Callable[[Path], None] | None = None,
+) -> Path:
     """Create directory ``target`` holding ``files`` (name -> writer), atomically.
 
     The files are written under ``.tmp-<name>.<pid>`` and the directory renamed into place.
-    An existing ``target`` is first moved aside and removed only once the new one is in.
+    ``before_rename(tmp)`` may add files that describe the others (a manifest), so they
+    appear together. An existing ``target`` is first moved aside and removed only once
+    the new one is in.
     """
     target = Path(target)
     parent = target.parent
@@ -86,6 +92,8 @@ def write_directory(target: Path, files: Mapping[str, Callable[[IO[bytes]], None
     try:
         for name, write in files.items():
             _write_file(tmp / name, write)
+        if before_rename is not None:
+            before_rename(tmp)
         fsync_dir(tmp)
         old = None
         if target.exists():

@@ -34,6 +34,12 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime.atomic import json_bytes, remove_leftovers, write_directory
+from trnfrontier.runtime.integrity import (
+    DamagedFileError,
+    check_directory,
+    check_file,
+    write_manifest,
+)
 from trnfrontier.runtime.model import GPT, ROTARY_CONTEXT_FACTOR, GPTConfig
 from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
@@ -213,10 +219,27 @@ def save_checkpoint(
             STATE_FILE: _json_writer(state),
             META_FILE: _json_writer(full_meta),
         },
+        before_rename=write_manifest,
     )
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def check_resumable(checkpoint_dir: Path) -> None:
+    """Every file of a resumable checkpoint against its manifest (size and SHA256): a
+    damaged one is refused, naming the checkpoint to fall back to."""
+    try:
+        check_directory(checkpoint_dir)
+    except DamagedFileError as exc:
+        run_dir = checkpoint_dir.parent.parent
+        earlier = [p for p in list_checkpoints(run_dir) if p.name < checkpoint_dir.name]
+        fix = (
+            f"delete {checkpoint_dir} and resume again to continue from {earlier[-1].name}"
+            if earlier
+            else "no earlier checkpoint exists; start the run again"
+        )
+        raise DamagedFileError(exc.path, f"{exc.problem}; refusing to resume from it: {fix}") from None
 
 
 def load_checkpoint(
@@ -229,6 +252,7 @@ def load_checkpoint(
     """Restore weights and optimizer state in place; return ``{"meta", "state", "rng"}``
     where ``state`` is this rank's saved state and ``rng`` its torch RNG tensors."""
     checkpoint_dir = Path(checkpoint_dir)
+    check_resumable(checkpoint_dir)
     meta = json.loads((checkpoint_dir / META_FILE).read_text(encoding="utf-8"))
     weights, _ = read_safetensors(checkpoint_dir / MODEL_FILE)
     unwrap(model).load_state_dict(_clean_keys(weights), strict=True)
@@ -273,6 +297,7 @@ def save_final(run_dir: Path, model: nn.Module, meta: Mapping[str, Any]) -> Path
             KIT_FILE: _torch_writer(kit),
             META_FILE: _json_writer(full_meta),
         },
+        before_rename=write_manifest,
     )
 
 
@@ -303,9 +328,19 @@ def read_model_file(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
     """(model config, CPU state dict, meta) from any accepted checkpoint path."""
     file = _resolve_model_file(Path(path))
+    # Where trnf wrote the checkpoint, its manifest says what the bytes must be; a kit's
+    # own final.pt has none and loads as it is.
+    meta_path = file.with_name(META_FILE)
+    try:
+        check_file(file)
+        if file.suffix == ".safetensors" and meta_path.is_file():
+            check_file(meta_path)
+    except DamagedFileError as exc:
+        raise DamagedFileError(
+            exc.path, f"{exc.problem}; its weights cannot be trusted: restore the file from a copy or train the run again"
+        ) from None
     if file.suffix == ".safetensors":
         state, metadata = read_safetensors(file)
-        meta_path = file.with_name(META_FILE)
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
         config = meta.get("model_config")
         if config is None and "model_config" in metadata:

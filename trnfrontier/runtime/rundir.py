@@ -13,9 +13,11 @@ Layout (docs/architecture.md has the table of every summary key)::
     step_boundaries.jsonl         what record_step_boundary wrote (STEP_LOG_FILE)
     summary.json                  RunSummary (SUMMARY_FILE)
     train.log                     the worker's console output (LOG_FILE)
+    writer.lock                   pids and host of the live writer (LOCK_FILE), while it runs
     checkpoints/step_XXXXXX/      resumable: model.safetensors, meta.json, optim.pt,
-                                  rng.safetensors, state.json
-    final/                        consolidated: model.safetensors, meta.json, final.pt
+                                  rng.safetensors, state.json, manifest.json
+    final/                        consolidated: model.safetensors, meta.json, final.pt,
+                                  manifest.json
     provenance.json               the tool's: recipe as given, overrides, git, env, data (PROVENANCE_FILE)
     scores.jsonl                  the tool's: one line per `trnf eval` score (SCORES_FILE)
     official.jsonl                the tool's: leaderboard scores recorded for it (OFFICIAL_FILE)
@@ -35,6 +37,7 @@ METRICS_FILE = "metrics.jsonl"
 STEP_LOG_FILE = "step_boundaries.jsonl"
 SUMMARY_FILE = "summary.json"
 LOG_FILE = "train.log"
+LOCK_FILE = "writer.lock"  # who writes this run directory now (runtime/runlock.py)
 CHECKPOINTS_DIR = "checkpoints"
 # Written by the tool, not the trainer (trnfrontier.ledger): the run ledger indexes them.
 PROVENANCE_FILE = "provenance.json"
@@ -48,6 +51,7 @@ OPTIM_FILE = "optim.pt"
 STATE_FILE = "state.json"
 RNG_FILE = "rng.safetensors"
 KIT_FILE = "final.pt"  # the organisers' checkpoint layout (model_state, model_config, meta)
+MANIFEST_FILE = "manifest.json"  # size and SHA256 of each file above (runtime/integrity.py)
 
 # A kit-style train.py (and a generated one) writes out/final.pt relative to its own directory.
 KIT_OUT_DIR = "out"
