@@ -50,3 +50,22 @@ def test_a_failed_dry_run_names_its_kept_log(tmp_path: Path, monkeypatch: pytest
         assert "ChildFailedError" in log.read_text()  # the whole tail is kept for reading
     finally:
         log.unlink()
+
+
+def test_verify_says_which_check_is_running(tmp_path: Path) -> None:
+    from trnfrontier.progress import Steps
+    from trnfrontier.verify import Options, verify_archive
+    from trnfrontier.verify.runner import progress_units
+
+    seen: list[str] = []
+
+    class Recorder(Steps):
+        def describe(self, description: str) -> None:
+            seen.append(description)
+
+    not_a_tar = tmp_path / "s.tar"
+    not_a_tar.write_bytes(b"not a tar")
+    report = verify_archive(not_a_tar, Options(dry_run=True), progress=Recorder())
+    assert report.get("extract").verdict == "fail"
+    assert seen == ["checking s.tar: extraction, manifest, pins, screen, checkpoint, budget"]
+    assert progress_units(Options(dry_run=True, rerun_eval=True)) == 4

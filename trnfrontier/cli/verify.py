@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from trnfrontier.console import err, out, print_json
+from trnfrontier.console import out, print_json
 from trnfrontier.errors import UsageError
 from trnfrontier.verify import Options, Report, verify_archive
 
@@ -43,9 +43,11 @@ def command(
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
                       allow_unsandboxed=allow_unsandboxed)
-    if not json_output:
-        err().print(f"verifying {archive} ...")
-    report = verify_archive(archive, options)
+    from trnfrontier.progress import steps
+    from trnfrontier.verify.runner import progress_units
+
+    with steps(f"verifying {archive}", progress_units(options)) as bar:
+        report = verify_archive(archive, options, progress=bar)
     if json_output:
         print_json(report.to_json())
     else:

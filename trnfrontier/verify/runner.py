@@ -22,6 +22,7 @@ from typing import Any
 
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError
+from trnfrontier.progress import Steps
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.verify import sandbox
 from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
@@ -286,8 +287,13 @@ def _static_checks(report: Report, root: Path, extracted: Extracted, pins: Any, 
     return meta, launch
 
 
+def progress_units(options: Options) -> int:
+    """Units of progress ``verify_archive`` reports: the static checks, then each executing one."""
+    return 2 + int(options.rerun_eval) + int(options.dry_run)
+
+
 def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], meta: dict[str, Any], launch: Launch | None,
-                      trusted: _Trusted, options: Options, refusal: str | None) -> None:
+                      trusted: _Trusted, options: Options, refusal: str | None, bar: Steps) -> None:
     """The checks that run archive code, each inside the sandbox, only once the gate has passed."""
     blocked = [name for name in GATE if not report.get(name) or report.get(name).verdict != "pass"]  # type: ignore[union-attr]
     requested = ["contract"] + [n for n, on in (("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run)) if on]
@@ -299,13 +305,18 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
         for name in requested:
             report.add(failed(name, refusal))
         return
+    bar.describe("contract probe: the archive's model served from the sandbox")
     contract = report.add(_contract_check(root, meta, trusted, options, tmp / "scratch-contract"))
+    bar.advance()
     if options.rerun_eval:
+        bar.describe("re-running the trusted evaluate_bpb on the archive's checkpoint")
         # A score is confirmed only for a model that keeps the contract (an acausal model's
         # rerun reproduces its own inflated score).
         report.add(_rerun_check(root, meta, trusted, options, tmp / "scratch-rerun") if contract.verdict == "pass"
                    else failed("rerun-eval", "refused: the contract probe failed, and a score from a model that breaks the contract is not confirmed"))
+        bar.advance()
     if options.dry_run:
+        bar.describe(f"dry run: train.py for {options.dry_run_steps} steps under torchrun in the sandbox")
         if launch is None:
             report.add(skipped("dry-run", "not run: launch.txt did not parse"))
             return
@@ -317,14 +328,17 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
         report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
 
 
-def verify_archive(archive: Path, options: Options | None = None) -> Report:
-    """Verify ``archive``; every outcome, hostile input included, is a Report, never an exception."""
+def verify_archive(archive: Path, options: Options | None = None, progress: Steps | None = None) -> Report:
+    """Verify ``archive``; every outcome, hostile input included, is a Report, never an exception.
+    ``progress`` (``progress_units(options)`` in all) says which check is running."""
     options = options or Options()
+    bar = progress or Steps.none()
     report = Report(archive=str(archive))
     pins = load_pins(options.pins_file)  # a bad pins file is a usage problem: raise before any work
     # The trusted prepare.py comes first: loaded and its scorer captured before the archive is read.
     trusted = _trusted_prepare()
     report.sandbox, refusal = _sandbox_line(options)
+    bar.describe(f"checking {archive.name}: extraction, manifest, pins, screen, checkpoint, budget")
     with tempfile.TemporaryDirectory(prefix="trnf-verify-") as tmp:
         root = Path(tmp) / "archive"
         root.mkdir()
@@ -339,5 +353,6 @@ def verify_archive(archive: Path, options: Options | None = None) -> Report:
         total = sum(int(e["size"]) for e in extracted.files.values())  # type: ignore[call-overload]
         report.add(passed("extract", f"{len(extracted.files)} files, {total:,} bytes, no links, devices or escaping paths"))
         meta, launch = _static_checks(report, root, extracted, pins, trusted)
-        _executing_checks(report, Path(tmp), root, sorted(extracted.files), meta, launch, trusted, options, refusal)
+        bar.advance()
+        _executing_checks(report, Path(tmp), root, sorted(extracted.files), meta, launch, trusted, options, refusal, bar)
     return report
