@@ -204,3 +204,24 @@ def test_ctrl_c_stops_every_process_and_still_writes_the_summary(sample_home: Pa
     assert not [pid for pid in map(int, pid_file.read_text().split()) if pid_alive(pid)]
     assert _processes_mentioning(str(train_py.parent)) == []
     assert _summary(run_dir)["status"] == "interrupted"
+    # The message's command starts it again in the same folder.
+    assert f"start it again with `trnf train --train-py {train_py} --nproc 1 --lnc 2 --out {run_dir}" in err
+
+
+def test_an_interrupted_kit_run_directory_accepts_the_rerun(tmp_path: Path) -> None:
+    from trnfrontier.errors import UsageError
+    from trnfrontier.kit import train_kit
+
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "rank0.stdout.log").write_text("step 1\n")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    assert train_kit._prepare_run_dir(run_dir) == run_dir.resolve()
+    assert not any(run_dir.iterdir())  # the interrupted attempt is gone, the folder is ready
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(UsageError, match="already exists"):
+        train_kit._prepare_run_dir(run_dir)
+    options = train_kit.KitOptions(Path("entry/train.py"), nproc=4, lnc=2, args=("--lr", "0.1"))
+    assert train_kit.rerun_command(options, run_dir) == (
+        f"trnf train --train-py entry/train.py --nproc 4 --lnc 2 --out {run_dir} -- --lr 0.1"
+    )

@@ -19,7 +19,14 @@ from rich.text import Text
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit.dryrun import STAGES, DryRunReport, dry_run_kit
-from trnfrontier.kit.train_kit import KitInterrupted, KitOptions, KitRun, train_kit, validate_shape
+from trnfrontier.kit.train_kit import (
+    KitInterrupted,
+    KitOptions,
+    KitRun,
+    rerun_command,
+    train_kit,
+    validate_shape,
+)
 from trnfrontier.progress import steps as progress_steps
 
 DRY_RUN_TIMEOUT_SECONDS = 600.0
@@ -73,7 +80,10 @@ def _train(options: KitOptions, json_output: bool) -> KitRun:
     try:
         run = train_kit(options, on_line=lambda line: live.print(Text(line)))
     except KitInterrupted as stopped:
-        live.print(f"interrupted: every process of the run was stopped; {stopped.run_dir / 'summary.json'} says how far it got")
+        live.print(
+            f"interrupted: every process of the run was stopped ({stopped.run_dir / 'summary.json'} says how far it got); "
+            f"start it again with `{rerun_command(options, stopped.run_dir)}`"
+        )
         raise
     for note in run.notes:
         live.print(f"note: {note}")

@@ -25,6 +25,7 @@ Where things happen (decided so that a kit run behaves exactly like the organise
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -52,6 +53,7 @@ from trnfrontier.runtime.rundir import (
     SUMMARY_FILE,
     TIMED_OUT,
     exit_code_for,
+    read_summary,
 )
 from trnfrontier.runtime.trainer import versions
 from trnfrontier.trusted_prepare import TrustedContract, load_contract
@@ -110,10 +112,34 @@ def default_run_dir() -> Path:
 
 def _prepare_run_dir(out: Path | None) -> Path:
     run_dir = (out or default_run_dir()).expanduser().resolve()
+    if _interrupted_attempt(run_dir):
+        # A kit run cannot be resumed (the team's train.py owns its checkpoints): the same
+        # command starts it again here, as the interrupt message says.
+        shutil.rmtree(run_dir)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise UsageError(f"run directory {run_dir} already exists; nothing was changed. Choose another with --out DIR")
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
+
+
+def _interrupted_attempt(run_dir: Path) -> bool:
+    """``run_dir`` holds a kit run that was interrupted (its summary says so): a fresh start
+    may replace it (trnf created that directory empty for the run)."""
+    if not (run_dir / SUMMARY_FILE).is_file():
+        return False
+    summary = read_summary(run_dir)
+    return summary is not None and summary.get("status") == INTERRUPTED
+
+
+def rerun_command(options: KitOptions, run_dir: Path) -> str:
+    """The `trnf train --train-py` line that starts this run again in ``run_dir``."""
+    argv = ["trnf", "train", "--train-py", str(options.train_py), "--nproc", str(options.nproc),
+            "--lnc", str(options.lnc), "--out", str(run_dir)]
+    if options.timeout is not None:
+        argv += ["--timeout", f"{options.timeout:g}"]
+    if options.args:
+        argv += ["--", *options.args]
+    return shlex.join(argv)
 
 
 def find_checkpoint(root: Path, since: float, exclude: Path) -> Path | None:
