@@ -19,6 +19,11 @@ from types import ModuleType
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# runtime.compile defaults to auto (on for CPU): a compile costs tiny test runs a minute or
+# more each, so the suite (and every process it starts, which inherits this) runs eager.
+# Tests of compilation itself set runtime.compile=true, which this does not touch.
+os.environ["TRNF_COMPILE"] = "0"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

@@ -25,7 +25,7 @@ from trnfrontier.profiling import flops, phases
 from trnfrontier.profiling.quiet import without_profiler_noise
 from trnfrontier.progress import Steps
 from trnfrontier.recipes import Recipe
-from trnfrontier.runtime import devices, distributed
+from trnfrontier.runtime import compiling, devices, distributed
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
@@ -206,9 +206,15 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
         raise
     batches, source = _batches(recipe, spec.device, notes)
     # As the trainer builds it (one process: no DDP); compilation falls in the untimed warm-up.
-    module, ddp = step_module(model, spec.device, distributed.DistInfo(False, 0, 0, 1), recipe.runtime.compile)
-    if recipe.runtime.compile:
-        notes.append("runtime.compile: the loss is torch.compile'd; compilation falls in the warm-up steps")
+    compiled = compiling.compile_enabled(recipe.runtime.compile, spec.type)
+    if compiled:
+        compiling.use_cache_under_home()
+        compiling.compile_optimizers(optimizers, spec.type)
+        notes.append(
+            "runtime.compile: the loss and the optimizer updates are torch.compile'd; "
+            "compilation falls in the warm-up steps"
+        )
+    module, ddp = step_module(model, spec.device, distributed.DistInfo(False, 0, 0, 1), compiled)
     accum = recipe.grad_accum_steps()
     stepper = TrainStep(model, optimizers, module, ddp, spec.device, spec.dtype, accum, recipe.optim.grad_clip)
     return Setup(

@@ -151,7 +151,12 @@ class BudgetSection(Section):
 class RuntimeSection(Section):
     device: Literal["auto", "cpu", "cuda", "neuron"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 where the device supports it.")
-    compile: bool = False
+    compile: bool | Literal["auto"] = Field(
+        "auto",
+        description="torch.compile the training step and optimizer updates. auto: on for CPU and CUDA, "
+        "off on Neuron (true compiles with the neuron backend); TRNF_COMPILE=0/1 overrides auto. "
+        "The cache lives under the data home, so a second run starts warm.",
+    )
     seed: int = Field(1337, ge=0, le=MAX_SEED)
     nproc: int = Field(1, ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
     # An int in [1, 2], not Literal[1, 2]: a Literal accepts true as 1.

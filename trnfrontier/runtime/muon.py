@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -152,6 +152,8 @@ class Muon(torch.optim.Optimizer):
             # sees the same state structure from its first call (no recompile at step 2).
             for p in group["params"]:
                 self._init_state(p, group)
+        # The per-bucket update; compiling.compile_optimizers swaps in a compiled copy.
+        self.update_fn: Callable[..., None] = muon_update
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         state = self.state[p]
@@ -184,48 +186,80 @@ class Muon(torch.optim.Optimizer):
         return loss
 
     def _step_group(self, group: dict[str, Any]) -> None:
-        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
-        decay = lr * wd  # one device op per group, not one per parameter
-        # Same-shaped matrices are orthogonalised together in one batched call.
-        buckets: dict[tuple[int, ...], list[tuple[Tensor, Tensor]]] = defaultdict(list)
+        # Same-shaped matrices are updated together: one batched orthogonalisation each.
+        buckets: dict[tuple[int, ...], list[Tensor]] = defaultdict(list)
         for p in group["params"]:
-            if p.grad is None:
-                continue
-            buf = self._init_state(p, group)["momentum_buffer"]
-            g = p.grad
-            one_minus = 1.0 - momentum.to(g.dtype)
-            buf.lerp_(g, one_minus)
-            update = g.lerp(buf, momentum.to(g.dtype)) if group["nesterov"] else buf
-            buckets[tuple(p.shape)].append((p, update))
+            if p.grad is not None:
+                self._init_state(p, group)
+                buckets[tuple(p.shape)].append(p)
+        for params in buckets.values():
+            self.update_fn(
+                params,
+                [p.grad for p in params],
+                [self.state[p]["momentum_buffer"] for p in params],
+                [self.state[p]["second_moment"] for p in params] if group["normuon"] else [],
+                group["lr"],
+                group["momentum"],
+                group["weight_decay"],
+                group["beta2"],
+                nesterov=group["nesterov"],
+                ns_steps=group["ns_steps"],
+                cautious_wd=group["cautious_wd"],
+                eps=group["eps"],
+            )
 
-        for shape, items in buckets.items():
-            params = [p for p, _ in items]
-            rows, cols = shape[0], math.prod(shape[1:])
-            stacked = torch.stack([u.reshape(rows, cols) for _, u in items])
-            # Looked up as a module global on purpose: the kernels layer swaps
-            # ``muon.polar_express`` for an NKI op, so never bind it locally.
-            ortho = polar_express(stacked, steps=group["ns_steps"]).float()
-            if group["normuon"]:
-                ortho = self._normuon(params, ortho, group["beta2"], group["eps"])
-            step_size = lr * max(1.0, rows / cols) ** 0.5
-            for p, o in zip(params, ortho.unbind(0), strict=True):
-                o = o.view(shape).to(p.dtype)
-                if group["cautious_wd"]:
-                    mask = (torch.sign(o) == torch.sign(p)).to(p.dtype)
-                    p.sub_(p * mask * decay.to(p.dtype))
-                else:
-                    p.mul_(1.0 - decay.to(p.dtype))
-                p.sub_(o * step_size.to(p.dtype))
 
-    def _normuon(self, params: list[Tensor], ortho: Tensor, beta2: float, eps: float) -> Tensor:
-        """Per-row (output neuron) adaptive scaling of the orthogonalised update, keeping
-        each update's Frobenius norm."""
-        row_sq = ortho.square().mean(dim=-1, keepdim=True)  # [N, rows, 1]
-        out = []
-        for i, p in enumerate(params):
-            v = self.state[p]["second_moment"]
-            v.lerp_(row_sq[i], 1.0 - beta2)
-            scaled = ortho[i] / (v.sqrt() + eps)
-            scaled = scaled * (ortho[i].norm() / (scaled.norm() + eps))
-            out.append(scaled)
-        return torch.stack(out)
+def muon_update(
+    params: list[Tensor],
+    grads: list[Tensor],
+    bufs: list[Tensor],
+    second_moments: list[Tensor],
+    lr: Tensor,
+    momentum: Tensor,
+    weight_decay: Tensor,
+    beta2: float,
+    *,
+    nesterov: bool,
+    ns_steps: int,
+    cautious_wd: bool,
+    eps: float,
+) -> None:
+    """One Muon step, in place, for same-shaped ``params`` (see ``Muon``). A pure function
+    of its tensors, so ``torch.compile`` can compile it once per bucket shape (hyper-
+    parameters are 0-d tensors: a moving schedule never re-traces it). NorMuon is on when
+    ``second_moments`` (one [rows, 1] tensor per param) is not empty."""
+    shape = params[0].shape
+    rows, cols = shape[0], math.prod(shape[1:])
+    decay = lr * weight_decay
+    updates = []
+    for g, buf in zip(grads, bufs, strict=True):
+        buf.lerp_(g, (1.0 - momentum).to(g.dtype))
+        updates.append(g.lerp(buf, momentum.to(g.dtype)) if nesterov else buf)
+    stacked = torch.stack([u.reshape(rows, cols) for u in updates])
+    # Looked up as a module global on purpose: the kernels layer swaps
+    # ``muon.polar_express`` for an NKI op, so never bind it locally.
+    ortho = polar_express(stacked, steps=ns_steps).float()
+    if second_moments:
+        ortho = _normuon(ortho, second_moments, beta2, eps)
+    step_size = lr * max(1.0, rows / cols) ** 0.5
+    for p, o in zip(params, ortho.unbind(0), strict=True):
+        o = o.view(shape).to(p.dtype)
+        if cautious_wd:
+            mask = (torch.sign(o) == torch.sign(p)).to(p.dtype)
+            p.sub_(p * mask * decay.to(p.dtype))
+        else:
+            p.mul_(1.0 - decay.to(p.dtype))
+        p.sub_(o * step_size.to(p.dtype))
+
+
+def _normuon(ortho: Tensor, second_moments: list[Tensor], beta2: float, eps: float) -> Tensor:
+    """Per-row (output neuron) adaptive scaling of the orthogonalised updates [N, rows,
+    cols], keeping each update's Frobenius norm; updates the second moments in place."""
+    row_sq = ortho.square().mean(dim=-1, keepdim=True)  # [N, rows, 1]
+    out = []
+    for i, v in enumerate(second_moments):
+        v.lerp_(row_sq[i], 1.0 - beta2)
+        scaled = ortho[i] / (v.sqrt() + eps)
+        scaled = scaled * (ortho[i].norm() / (scaled.norm() + eps))
+        out.append(scaled)
+    return torch.stack(out)

@@ -8,7 +8,7 @@ step. Each param group remembers its base LR as ``group["initial_lr"]`` and its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -48,16 +48,11 @@ def build_optimizers(model: GPT, optim_cfg: dict[str, Any]) -> list[torch.optim.
     if adam_groups:
         betas = tuple(float(b) for b in optim_cfg.get("adam_betas", (0.8, 0.95)))
         optimizers.append(
-            torch.optim.AdamW(
+            AdamW(
                 adam_groups,
                 betas=betas,  # type: ignore[arg-type]
                 eps=float(optim_cfg.get("adam_eps", 1e-10)),
                 weight_decay=0.0,
-                fused=False,
-                # torch picks foreach where the device supports it (not every backend has
-                # the _foreach kernels). Its LR stays a float: torch's AdamW refuses a
-                # tensor LR with foreach, and apply_schedule handles both kinds.
-                foreach=None,
             )
         )
     if groups["matrix"]:
@@ -81,6 +76,77 @@ def build_optimizers(model: GPT, optim_cfg: dict[str, Any]) -> list[torch.optim.
             group["initial_lr"] = matrix_lr
         optimizers.append(muon)
     return optimizers
+
+
+def adamw_update(
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: list[Tensor],
+    lr: Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+) -> None:
+    """One AdamW step in place, as torch.optim.AdamW computes it (decoupled weight decay,
+    bias-corrected moments). A pure function of its tensors, so torch.compile can compile
+    it once per param group; ``lr`` is a 0-d tensor so a moving schedule never re-traces."""
+    for p, g, m, v, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+        step += 1
+        if weight_decay:
+            p.mul_(1.0 - lr * weight_decay)
+        m.lerp_(g, 1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        bias1 = 1.0 - beta1**step
+        bias2 = 1.0 - beta2**step
+        denom = (v.sqrt() / bias2.sqrt()).add_(eps)
+        p.sub_((lr / bias1) * m / denom)
+
+
+class AdamW(torch.optim.AdamW):
+    """torch's AdamW (same hyperparameters, same state: ``step``, ``exp_avg``,
+    ``exp_avg_sq``) stepping through ``update_fn`` (``adamw_update``), which
+    compiling.compile_optimizers can replace by a compiled copy."""
+
+    def __init__(self, params: Any, **kwargs: Any) -> None:
+        super().__init__(params, foreach=False, fused=False, **kwargs)
+        self.update_fn: Callable[..., None] = adamw_update
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Tensor | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            states = [self.state[p] for p in params]
+            beta1, beta2 = group["betas"]
+            lr = group["lr"]
+            lr_t = lr if isinstance(lr, Tensor) else torch.tensor(float(lr), device=params[0].device)
+            self.update_fn(
+                params,
+                [p.grad for p in params],
+                [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                [s["step"] for s in states],
+                lr_t,
+                float(beta1),
+                float(beta2),
+                float(group["eps"]),
+                float(group["weight_decay"]),
+            )
+        return loss
 
 
 def apply_schedule(

@@ -135,7 +135,7 @@ class BudgetSpec:
 class RuntimeSpec:
     device: str
     dtype: str
-    compile: bool
+    compile: bool | str  # true, false or "auto" (compiling.compile_enabled decides)
     seed: int
     nproc: int
     lnc: int

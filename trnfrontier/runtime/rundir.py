@@ -115,6 +115,8 @@ class RunSummary(TypedDict, total=False):
     final_loss: float | None
     charged_seconds: float
     startup_seconds: float
+    compiled: bool  # runtime.compile as decided for this device
+    first_step_seconds: float | None  # this process's first step (includes any compile)
     headroom_seconds: float
     over_budget: bool
     budget_seconds: float

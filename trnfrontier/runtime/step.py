@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from trnfrontier.runtime import devices, distributed
+from trnfrontier.runtime import compiling, devices, distributed
 from trnfrontier.runtime.model import GPT
 from trnfrontier.runtime.optim import clip_grad_norm
 
@@ -58,8 +58,7 @@ def step_module(
     module: nn.Module = distributed.wrap(TrainLoss(model), device, info)
     ddp = module if info.is_distributed else None
     if compile_model:
-        backend = "neuron" if device.type == "neuron" else "inductor"
-        module = torch.compile(module, backend=backend)  # type: ignore[assignment]
+        module = compiling.compile_module(module, device.type)
     return module, ddp
 
 

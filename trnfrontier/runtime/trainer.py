@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.runtime import devices, distributed
+from trnfrontier.runtime import compiling, devices, distributed
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
@@ -173,7 +173,13 @@ class Trainer:
         if resume:
             self._restore()
 
-        module, ddp = step_module(self.model, self.device, info, r.runtime.compile)
+        # runtime.compile (auto: on for CPU and CUDA): the loss module and the optimizer
+        # updates; the compile time lands in the first (uncharged) startup steps.
+        self.compiled = compiling.compile_enabled(r.runtime.compile, self.device.type)
+        if self.compiled:
+            compiling.compile_optimizers(self.optimizers, self.device.type)
+        self.first_step_seconds: float | None = None
+        module, ddp = step_module(self.model, self.device, info, self.compiled)
         self.stepper = TrainStep(
             self.model,
             self.optimizers,
@@ -399,9 +405,18 @@ class Trainer:
         self.data_state = result.data_state
         clock.boundary(self.step)
         loop.step_end = self.time_fn()
+        if self.first_step_seconds is None:
+            self._report_first_step(clock.last_step_seconds)
         if loop.steady_from is None and not clock.in_startup:
             loop.steady_from = (self.tokens, loop.step_end)
         return result
+
+    def _report_first_step(self, seconds: float) -> None:
+        """The first step of a process carries the compile cost: say it once."""
+        self.first_step_seconds = seconds
+        if self.main and self.compiled:
+            cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "torch's default")
+            print(f"first step {seconds:.1f} s (includes torch.compile; cache {cache})", flush=True)
 
     def _diverged(self, loop: _Loop, loss: float, max_loss: float) -> None:
         # The update from this loss was never applied: the weights are still those that
@@ -540,6 +555,8 @@ class Trainer:
             "final_loss": loop.last_loss if math.isfinite(loop.last_loss) else None,
             "charged_seconds": accounting["charged_seconds"],
             "startup_seconds": accounting["startup_seconds"],
+            "compiled": self.compiled,
+            "first_step_seconds": self.first_step_seconds,
             "headroom_seconds": accounting["headroom_seconds"],
             "over_budget": accounting["over_budget"],
             "budget_seconds": float(self.recipe.budget.seconds),
@@ -637,6 +654,8 @@ def train(
         os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime.lnc))
     prepare = load_prepare()
     spec = devices.resolve(dataclasses.asdict(runtime), info.local_rank)
+    if compiling.compile_enabled(runtime.compile, spec.device.type):
+        compiling.use_cache_under_home()
     if info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
     distributed.init(spec.device, info)
