@@ -118,6 +118,18 @@ def test_startup_steps_do_not_inflate_the_step_estimate() -> None:
     assert clock.longest_recent_step() == pytest.approx(1.0)
 
 
+def test_a_long_first_step_within_the_allowance_does_not_stop_a_short_run() -> None:
+    """A compile-heavy first step longer than the whole budget: the next step is still a
+    startup step, excluded, so the run goes on; past the allowance it counts."""
+    t = FakeTime()
+    clock = make_clock(t, budget_seconds=100.0, startup_steps_excluded=3, startup_allowance_cap_seconds=400.0)
+    run_steps(clock, t, [200.0])
+    assert clock.in_startup and clock.next_step_charge() == 0.0 and not clock.should_stop()
+    clock = make_clock(t, budget_seconds=100.0, startup_steps_excluded=3, startup_allowance_cap_seconds=250.0)
+    run_steps(clock, t, [200.0])  # 50 s of allowance left: a 200 s step would charge 150 s
+    assert clock.next_step_charge() == pytest.approx(150.0) and clock.should_stop()
+
+
 def test_time_between_steps_is_charged_but_not_a_step() -> None:
     t = FakeTime()
     clock = make_clock(t, startup_steps_excluded=0, startup_allowance_cap_seconds=0.0)

@@ -138,11 +138,20 @@ class BudgetClock:
             return max(self._recent)
         return self._last_duration
 
+    def next_step_charge(self) -> float:
+        """What one more step (as long as the longest recent one) would add to the charged
+        time. A startup step is excluded up to what is left of the startup allowance, so
+        a long first step (torch.compile) does not stop a short run before its second."""
+        estimate = self.longest_recent_step()
+        if self.in_startup:
+            left = max(0.0, self.cap_seconds - self.startup_seconds())
+            return max(0.0, estimate - left)
+        return estimate
+
     def should_stop(self) -> bool:
-        """True when one more step (the longest recent one) plus the checkpoint reserve
-        would cross the budget."""
+        """True when one more step plus the checkpoint reserve would cross the budget."""
         return (
-            self.charged_seconds() + self.longest_recent_step() + self.reserve_seconds
+            self.charged_seconds() + self.next_step_charge() + self.reserve_seconds
             >= self.budget_seconds
         )
 
