@@ -97,6 +97,10 @@ def test_two_ranks_write_the_run_directory(two_rank_run: tuple[Path, Path, subpr
     assert metrics[-1]["charged_seconds"] == pytest.approx(summary["charged_seconds"])
     assert "step 8 | loss" in result.stderr  # live progress
     assert "trnf eval --train-py" in result.stderr
+    # The write-up and the loss curve are in the run directory when the run finishes.
+    writeup = (run_dir / "WRITEUP.md").read_text()
+    assert "| steps | 8 |" in writeup and f"`{launch}`" in writeup
+    assert (run_dir / "loss_curve.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 @pytest.mark.slow

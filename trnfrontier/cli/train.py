@@ -22,20 +22,6 @@ def _rerun_command(
     return shlex.join(argv)
 
 
-def _write_report(run_dir: Path, *, quiet: bool) -> None:
-    """WRITEUP.md and loss_curve.png into the finished run's directory. A failure here
-    (no matplotlib, a full disk) is a note: the run itself is done and its files whole."""
-    from trnfrontier.packaging.run_report import write_run_report
-
-    try:
-        written = write_run_report(run_dir)
-    except (TrnfError, OSError) as exc:
-        err().print(f"note: no write-up in {run_dir}: {exc}")
-        return
-    if not quiet and written:
-        err().print("wrote " + " and ".join(str(path) for path in written))
-
-
 def command(
     ctx: typer.Context,
     recipe: str | None = typer.Argument(
@@ -135,7 +121,9 @@ def command(
     finally:
         record.index_run(plan.run_dir, warn)  # every run is in the ledger, finished or not
     if summary.get("status") in ("completed", "diverged"):
-        _write_report(plan.run_dir, quiet=json_output)
+        from trnfrontier.packaging.run_report import report_finished_run
+
+        report_finished_run(plan.run_dir, quiet=json_output)
     if json_output:
         print_json(summary)
     else:

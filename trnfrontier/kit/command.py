@@ -107,6 +107,9 @@ def kit_command(
             _print_tail(err(), run.failure_log, run.failure_tail)
             more = f" (+{len(run.problems) - 1} more in {run.run_dir / 'summary.json'})" if len(run.problems) > 1 else ""
             raise TrnfError(run.problems[0] + more, exit_code=run.exit_code)
+        from trnfrontier.packaging.run_report import report_finished_run
+
+        report_finished_run(run.run_dir, quiet=json_output)
         checkpoint = run.summary["final_checkpoint"]
         err().print(f"run directory {run.run_dir}; score it: trnf eval --train-py {train_py} --checkpoint {checkpoint}")
         return

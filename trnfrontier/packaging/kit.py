@@ -237,6 +237,10 @@ def package_kit(
     run_dir = Path(run_dir) if run_dir is not None else None
     launch = check_launch(launch)
     team_text = read_team_text(writeup)
+    if team_text is None and run_dir is not None:  # the write-up the kit run left, as the team edited it
+        from trnfrontier.packaging.run_report import existing_team_text
+
+        team_text = existing_team_text(run_dir)
     members: dict[str, Path | bytes] = {
         fmt.TRAIN_PY: train_py,
         fmt.LAUNCH_TXT: (launch + "\n").encode(),

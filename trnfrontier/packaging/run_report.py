@@ -18,6 +18,7 @@ from trnfrontier.runtime.atomic import atomic_write_bytes
 from trnfrontier.runtime.rundir import METRICS_FILE, RECIPE_FILE, read_summary
 
 WRITEUP_FILE = fmt.WRITEUP
+KIT_LAUNCH_FILE = "launch.txt"  # what `trnf train --train-py` records beside its run
 LOSS_CURVE_FILE = fmt.LOSS_CURVE
 
 
@@ -37,16 +38,22 @@ def write_run_report(run_dir: Path) -> list[Path]:
     summary = read_summary(run_dir)
     if summary is None:
         raise TrnfError(f"{run_dir}: no summary.json; nothing to write up")
-    try:
-        recipe = json.loads((run_dir / RECIPE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TrnfError(f"{run_dir / RECIPE_FILE}: unreadable ({exc}); nothing to write up") from None
+    recipe: dict | None = None
+    if (run_dir / RECIPE_FILE).exists():
+        try:
+            recipe = json.loads((run_dir / RECIPE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TrnfError(f"{run_dir / RECIPE_FILE}: unreadable ({exc}); nothing to write up") from None
+    if recipe is not None:
+        launch, kernels, source = launch_for(recipe["runtime"]), uses_kernels(recipe), f"run directory {run_dir.name}"
+    else:  # a kit run (`trnf train --train-py`): the team's train.py, the launch line it ran with
+        try:
+            launch = (run_dir / KIT_LAUNCH_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            launch = "unknown"
+        kernels, source = [], f"kit run {run_dir.name}"
     facts = summary_facts(
-        summary,
-        name=str(summary.get("name") or run_dir.name),
-        source=f"run directory {run_dir.name}",
-        launch=launch_for(recipe["runtime"]),
-        kernels=uses_kernels(recipe),
+        summary, name=str(summary.get("name") or run_dir.name), source=source, launch=launch, kernels=kernels
     )
     members: dict[str, Path | bytes] = {}
     add_writeup(
@@ -59,3 +66,18 @@ def write_run_report(run_dir: Path) -> list[Path]:
             atomic_write_bytes(run_dir / name, data)
             written.append(run_dir / name)
     return written
+
+
+def report_finished_run(run_dir: Path, *, quiet: bool) -> None:
+    """``write_run_report`` at the end of `trnf train`: what it wrote on stderr (unless
+    ``quiet``), and a failure (no matplotlib, a full disk) as a note, since the run itself
+    is done and its files are whole."""
+    from trnfrontier.console import err
+
+    try:
+        written = write_run_report(run_dir)
+    except (TrnfError, OSError) as exc:
+        err().print(f"note: no write-up in {run_dir}: {exc}")
+        return
+    if not quiet and written:
+        err().print("wrote " + " and ".join(str(path) for path in written))
