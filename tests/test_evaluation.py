@@ -12,6 +12,7 @@ import torch
 
 from trnfrontier import evaluation
 from trnfrontier.errors import UsageError
+from trnfrontier.eval_spec import WorkerSpec
 from trnfrontier.eval_worker import batch_independence_check
 from trnfrontier.runtime.model import GPT, GPTConfig
 
@@ -111,6 +112,7 @@ def test_recorded_settings_come_from_the_run_summary(tmp_path: Path) -> None:
     _write(run / "summary.json", {"val_bpb": 1.2345, "eval_tokens": 4096, "eval_seq_len": 128})
     _write(run / "final" / "meta.json", {"recipe": {"eval": {"tokens": 1, "seq_len": 2, "batch_size": 6}}})
     _write(run / "checkpoints" / "step_000010" / "meta.json", {"recipe": {"eval": {"tokens": 1, "seq_len": 2, "batch_size": 6}}})
+    (run / "checkpoints" / "step_000010" / "model.safetensors").write_bytes(b"")
     (run / "final" / "final.pt").write_bytes(b"")
     for final in (run, run / "final", run / "final" / "final.pt"):
         found = evaluation.recorded_settings(final)
@@ -125,12 +127,13 @@ def test_defaults_without_a_record_are_the_contracts(tmp_path: Path) -> None:
     lone = tmp_path / "model.safetensors"
     lone.write_bytes(b"")
     spec = evaluation.worker_spec(evaluation.Target(lone), evaluation.EvalOptions(), PREPARE)
-    assert (spec["tokens"], spec["seq_len"], spec["batch_size"], spec["timeout"]) == (2_097_152, 1024, 8, 1200.0)
+    assert (spec.tokens, spec.seq_len, spec.batch_size, spec.timeout) == (2_097_152, 1024, 8, 1200.0)
     chosen = evaluation.worker_spec(
         evaluation.Target(lone), evaluation.EvalOptions(tokens="official", seq_len=2048, batch_size=2, timeout=9), PREPARE
     )
-    assert (chosen["tokens"], chosen["seq_len"], chosen["batch_size"], chosen["timeout"]) == (20_971_520, 2048, 2, 9)
-    assert chosen["tokens_source"] == "--tokens" and chosen["seq_len_source"] == "--seq-len"
+    assert (chosen.tokens, chosen.seq_len, chosen.batch_size, chosen.timeout) == (20_971_520, 2048, 2, 9)
+    assert chosen.tokens_source == "--tokens" and chosen.seq_len_source == "--seq-len"
+    assert WorkerSpec.from_json(chosen.to_json()) == chosen  # what crosses to the worker comes back whole
 
 
 def test_no_targets_is_a_usage_error() -> None:

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from trnfrontier.errors import TrnfError
+from trnfrontier.eval_spec import WorkerSpec
 from trnfrontier.trusted_prepare import load_contract
 
 # Tolerances for the batch-independence check, relative to the logits' magnitude. A row
@@ -246,13 +247,13 @@ def _mismatches(meta: dict[str, Any] | None, current: dict[str, str | None]) -> 
     return found
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def run(spec: WorkerSpec) -> dict[str, Any]:
     torch.set_grad_enabled(False)
-    if spec.get("threads"):
-        torch.set_num_threads(int(spec["threads"]))
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
     contract = load_contract()
     prepare = contract.module
-    device = _resolve_device(spec.get("device") or "auto")
+    device = _resolve_device(spec.device or "auto")
     try:
         tokenizer = prepare.ensure_tokenizer()
     except Exception as exc:
@@ -261,22 +262,22 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"device": str(device), "prepare_path": str(contract.path), **current}
 
     started = time.perf_counter()
-    if spec.get("train_py"):
-        checkpoint = Path(spec["checkpoint"])
+    if spec.train_py:
+        checkpoint = Path(spec.checkpoint or spec.path)
         # A kit checkpoint has no trnf reader; `trnf eval` passes the SHA256s of the
         # meta.json `trnf train` wrote beside it, when there is one.
-        meta = spec.get("recorded_shas")
+        meta = spec.recorded_shas
     else:
-        checkpoint = Path(spec["path"])
+        checkpoint = Path(spec.path)
         config, state, meta = read_trnf_checkpoint(checkpoint)
     result["checkpoint_prepare_sha256"] = (meta or {}).get("prepare_sha256")
     result["checkpoint_tokenizer_sha256"] = (meta or {}).get("tokenizer_sha256")
     mismatches = _mismatches(meta, current)
     result["mismatches"] = mismatches
-    if mismatches and not spec.get("allow_mismatch"):
+    if mismatches and not spec.allow_mismatch:
         raise WorkerError("mismatch", "; ".join(mismatches) + "; refusing to score it (pass --allow-mismatch to evaluate anyway)")
-    if spec.get("train_py"):
-        model = load_kit_model(Path(spec["train_py"]), checkpoint, device)
+    if spec.train_py:
+        model = load_kit_model(Path(spec.train_py), checkpoint, device)
     else:
         model = build_trnf_model(config, state, device)
         del state
@@ -289,34 +290,34 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     result["dtype"] = str(next((p.dtype for p in model.parameters()), torch.float32)).removeprefix("torch.")
 
     vocab_size = tokenizer.get_vocab_size()
-    seq_len = int(spec["seq_len"])
+    seq_len = spec.seq_len
     try:
         result["causality"] = dict(prepare.causality_check(model, vocab_size=vocab_size, seq_len=seq_len, device=device))
         result["batch_independence"] = batch_independence_check(model, vocab_size, seq_len, device)
         score = prepare.evaluate_bpb(
             model,
             tokenizer,
-            batch_size=int(spec["batch_size"]),
+            batch_size=spec.batch_size,
             seq_len=seq_len,
             device=device,
             split="public_val",
-            max_tokens=int(spec["tokens"]),
-            timeout_seconds=float(spec["timeout"]),
+            max_tokens=spec.tokens,
+            timeout_seconds=float(spec.timeout),
         )
     except torch.cuda.OutOfMemoryError:
-        raise WorkerError("memory", f"out of device memory at --batch-size {spec['batch_size']}; try a smaller --batch-size") from None
+        raise WorkerError("memory", f"out of device memory at --batch-size {spec.batch_size}; try a smaller --batch-size") from None
     except WorkerError:
         raise
     except Exception as exc:
         raise WorkerError("eval", f"the model failed under evaluation: {_one_line(exc)}") from None
     result.update(score)
 
-    if spec.get("sample_tokens"):
-        prompt_ids = tokenizer.encode(spec.get("prompt") or "", prepend=tokenizer.get_bos_token_id())
-        generator = torch.Generator().manual_seed(int(spec.get("seed", 0)))
+    if spec.sample_tokens:
+        prompt_ids = tokenizer.encode(spec.prompt or "", prepend=tokenizer.get_bos_token_id())
+        generator = torch.Generator().manual_seed(spec.seed)
         samples = []
-        for temperature in (0.0, float(spec.get("temperature", 0.8))):
-            ids = generate(model, prompt_ids, int(spec["sample_tokens"]), seq_len, device, temperature, generator)
+        for temperature in (0.0, float(spec.temperature)):
+            ids = generate(model, prompt_ids, spec.sample_tokens, seq_len, device, temperature, generator)
             samples.append({"temperature": temperature, "text": tokenizer.decode(ids)})
         result["samples"] = samples
     return result
@@ -333,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(args) != 1:
             raise WorkerError("usage", "usage: python -m trnfrontier.eval_worker '<spec JSON>'")
-        result = run(json.loads(args[0]))
+        try:
+            spec = WorkerSpec.from_json(args[0])
+        except (ValueError, TypeError) as exc:
+            raise WorkerError("usage", f"bad worker spec: {exc}") from None
+        result = run(spec)
     except WorkerError as exc:
         result, code = {"error": str(exc), "error_kind": exc.kind}, 1
     except TrnfError as exc:

@@ -22,8 +22,10 @@ from typing import Any
 from trnfrontier import processes
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.eval_spec import WorkerSpec
 from trnfrontier.progress import Steps
-from trnfrontier.runtime.rundir import FINAL_DIR, META_FILE, RECIPE_FILE, SUMMARY_FILE
+from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
+from trnfrontier.runtime.rundir import RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
@@ -98,41 +100,17 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _run_dir(path: Path) -> Path | None:
-    """The run directory a checkpoint belongs to (the one holding summary.json), if any."""
-    start = path if path.is_dir() else path.parent
-    for candidate in (start, *list(start.parents)[:3]):
-        if (candidate / SUMMARY_FILE).is_file():
-            return candidate
-    return None
-
-
-def _meta(path: Path) -> dict[str, Any] | None:
-    """meta.json written with the checkpoint (beside a file, inside a checkpoint dir, or final/)."""
-    for candidate in (
-        path.with_name(META_FILE) if path.is_file() else path / META_FILE,
-        path / FINAL_DIR / META_FILE,
-    ):
-        found = _read_json(candidate)
-        if found is not None:
-            return found
-    return None
-
-
-def _is_final(path: Path, run_dir: Path) -> bool:
-    """Whether ``path`` names the run's final checkpoint (the one its summary's val_bpb scores)."""
-    resolved = path.resolve()
-    final = (run_dir / FINAL_DIR).resolve()
-    return resolved == run_dir.resolve() and final.is_dir() or resolved == final or resolved.parent == final
-
-
 def recorded_settings(path: Path) -> dict[str, Any]:
     """The eval length/context/batch the trainer used for this checkpoint's run, its score,
     and the SHA256s recorded with the checkpoint."""
     found: dict[str, Any] = {}
-    run_dir = _run_dir(path)
+    try:
+        ref = resolve_checkpoint(path)
+    except FileNotFoundError:
+        return found  # nothing to score either: the worker says so
+    run_dir = ref.run_dir
     summary = _read_json(run_dir / SUMMARY_FILE) if run_dir else None
-    meta = _meta(path)
+    meta = ref.meta()
     recipe = (meta or {}).get("recipe") or (_read_json(run_dir / RECIPE_FILE) if run_dir else None) or {}
     eval_section = recipe.get("eval") if isinstance(recipe.get("eval"), dict) else {}
     for key, summary_key in (("tokens", "eval_tokens"), ("seq_len", "eval_seq_len"), ("batch_size", "eval_batch_size")):
@@ -142,14 +120,14 @@ def recorded_settings(path: Path) -> dict[str, Any]:
         elif eval_section.get(key):
             found[key] = int(eval_section[key])
             found[f"{key}_source"] = "recipe recorded with the checkpoint"
-    if summary and run_dir is not None and _is_final(path, run_dir) and summary.get("val_bpb") is not None:
+    if summary and ref.is_final and summary.get("val_bpb") is not None:
         found["recorded_val_bpb"] = summary["val_bpb"]
     if meta:
         found["shas"] = {key: meta.get(key) for key in ("prepare_sha256", "tokenizer_sha256")}
     return found
 
 
-def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> dict[str, Any]:
+def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpec:
     """The settings one worker runs with, each with where it came from."""
     recorded = recorded_settings(target.path)
     if options.tokens is not None:
@@ -164,36 +142,36 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> dict[str,
         seq_source = recorded.get("seq_len_source", "contract EVAL_SEQ_LEN")
     batch_size = options.batch_size or recorded.get("batch_size", DEFAULT_BATCH_SIZE)
     timeout = options.timeout if options.timeout is not None else float(prepare.EVAL_TIMEOUT_SECONDS)
-    return {
-        "path": str(target.path),
-        "train_py": str(target.train_py) if target.train_py else None,
-        "checkpoint": str(target.path) if target.train_py else None,
-        "tokens": tokens,
-        "tokens_source": tokens_source,
-        "seq_len": seq_len,
-        "seq_len_source": seq_source,
-        "batch_size": batch_size,
-        "device": options.device,
-        "timeout": timeout,
-        "allow_mismatch": options.allow_mismatch,
-        "sample_tokens": options.sample_tokens,
-        "prompt": options.prompt,
-        "temperature": options.temperature,
-        "threads": options.threads,
-        "recorded_val_bpb": recorded.get("recorded_val_bpb"),
-        "recorded_shas": recorded.get("shas") if target.train_py else None,
-    }
+    return WorkerSpec(
+        path=str(target.path),
+        train_py=str(target.train_py) if target.train_py else None,
+        checkpoint=str(target.path) if target.train_py else None,
+        tokens=tokens,
+        tokens_source=tokens_source,
+        seq_len=seq_len,
+        seq_len_source=seq_source,
+        batch_size=batch_size,
+        device=options.device,
+        timeout=timeout,
+        allow_mismatch=options.allow_mismatch,
+        sample_tokens=options.sample_tokens,
+        prompt=options.prompt,
+        temperature=options.temperature,
+        threads=options.threads,
+        recorded_val_bpb=recorded.get("recorded_val_bpb"),
+        recorded_shas=recorded.get("shas") if target.train_py else None,
+    )
 
 
-def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised."""
-    deadline = spec["timeout"] + LOAD_GRACE_SECONDS
-    command = [sys.executable, "-m", "trnfrontier.eval_worker", json.dumps(spec)]
+    deadline = spec.timeout + LOAD_GRACE_SECONDS
+    command = [sys.executable, "-m", "trnfrontier.eval_worker", spec.to_json()]
     # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
     done = processes.run_tree(command, timeout=deadline, env=child_env(os.environ))
     if done.timed_out:
         return {
-            "error": f"did not finish within {deadline:g} s (--timeout {spec['timeout']:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
+            "error": f"did not finish within {deadline:g} s (--timeout {spec.timeout:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
             "error_kind": "timeout",
         }
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -261,12 +239,12 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Steps | None
     results = []
     for target in targets:
         spec = worker_spec(target, options, prepare)
-        bar.describe(f"evaluating {target.label}: {spec['tokens']:,} tokens, seq_len {spec['seq_len']}, batch {spec['batch_size']} ...")
+        bar.describe(f"evaluating {target.label}: {spec.tokens:,} tokens, seq_len {spec.seq_len}, batch {spec.batch_size} ...")
         result = {
-            key: spec[key]
+            key: getattr(spec, key)
             for key in ("tokens_source", "seq_len", "seq_len_source", "batch_size", "timeout", "recorded_val_bpb")
         }
-        result.update({"path": target.label, "tokens_requested": spec["tokens"]})
+        result.update({"path": target.label, "tokens_requested": spec.tokens})
         result.update(run_worker(spec))
         result["status"], result["reasons"] = verdict(result)
         if result["status"] == "ok" and result["recorded_val_bpb"] is not None:

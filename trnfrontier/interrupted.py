@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.runtime.checkpoint import latest_checkpoint
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
     CRASHED,

@@ -33,7 +33,8 @@ from trnfrontier.interrupted import clear_stopped_run, restartable
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime.atomic import atomic_write_json
-from trnfrontier.runtime.checkpoint import check_resumable, latest_checkpoint
+from trnfrontier.runtime.checkpoint import check_resumable
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
 from trnfrontier.runtime.integrity import DamagedFileError
 from trnfrontier.runtime.prepare_loader import PREPARE_ENV

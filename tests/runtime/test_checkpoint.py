@@ -15,6 +15,7 @@ import torch
 
 from trnfrontier.runtime import atomic
 from trnfrontier.runtime import checkpoint as ck
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint, list_checkpoints
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import build_optimizers
 from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
@@ -133,7 +134,7 @@ def test_checkpoint_failing_mid_write_never_replaces_the_last_good_one(
     monkeypatch.setattr(atomic, "_write_file", dying)
     with pytest.raises(KeyboardInterrupt):
         save_step(tmp_path, 2, model, opts)
-    assert ck.latest_checkpoint(tmp_path) == good
+    assert latest_checkpoint(tmp_path) == good
     assert (good / ck.MODEL_FILE).read_bytes() == before
     assert not (tmp_path / "checkpoints" / "step_000002").exists()
 
@@ -188,7 +189,7 @@ def test_kill_9_during_checkpoint_write_keeps_the_last_good_one(
         [sys.executable, str(script), str(tmp_path), "6"], capture_output=True, timeout=120
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
-    assert ck.latest_checkpoint(tmp_path) == good
+    assert latest_checkpoint(tmp_path) == good
     assert any(p.name.startswith(".tmp-") for p in (tmp_path / "checkpoints").iterdir())
     # The next save clears the dead writer's leftovers.
     save_step(tmp_path, 7, model, opts)
@@ -230,7 +231,7 @@ def test_keeps_only_the_last_checkpoints(tmp_path: Path) -> None:
     model, opts = trained()
     for step in (1, 2, 3, 4):
         save_step(tmp_path, step, model, opts)
-    assert [p.name for p in ck.list_checkpoints(tmp_path)] == ["step_000003", "step_000004"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000003", "step_000004"]
 
 
 def test_optimizer_state_is_loaded_with_weights_only(tmp_path: Path, monkeypatch) -> None:
@@ -328,3 +329,25 @@ def test_unwrap_strips_wrappers() -> None:
 @pytest.mark.skipif(os.name != "posix", reason="fsync of directories is POSIX")
 def test_fsync_dir_tolerates_missing(tmp_path: Path) -> None:
     atomic.fsync_dir(tmp_path / "nope")
+
+
+def test_one_resolution_of_a_checkpoint_path_for_weights_meta_and_run(tmp_path: Path) -> None:
+    """trnf eval's recorded settings and the worker's weights come from the same files."""
+    from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
+
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "step_000004"
+    step.mkdir(parents=True)
+    for name in ("model.safetensors", "meta.json", "optim.pt", "state.json"):
+        (step / name).write_text("{}")
+    (run / "summary.json").write_text("{}")
+    ref = resolve_checkpoint(run)  # no final/: the latest resumable checkpoint
+    assert ref.model_file == step / "model.safetensors" and ref.meta_file == step / "meta.json"
+    assert ref.run_dir == run and not ref.is_final
+    (run / "final").mkdir()
+    (run / "final" / "final.pt").write_bytes(b"")
+    for given in (run, run / "final", run / "final" / "final.pt"):
+        ref = resolve_checkpoint(given)
+        assert ref.model_file == run / "final" / "final.pt" and ref.is_final and ref.run_dir == run, given
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        resolve_checkpoint(tmp_path / "absent")

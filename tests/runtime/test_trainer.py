@@ -22,6 +22,7 @@ from trnfrontier.recipes.loading import (
 )
 from trnfrontier.runtime import checkpoint as ck
 from trnfrontier.runtime import trainer as trainer_mod
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.model import GPT
 from trnfrontier.runtime.safetensors_io import read_safetensors
 from trnfrontier.runtime.trainer import train
@@ -206,7 +207,7 @@ def test_divergence_stops_saves_last_good_and_names_the_step(
     assert summary["diverged_step"] == 4 and summary["steps"] == 3
     assert summary["val_bpb"] is None
     good = Path(summary["last_good_checkpoint"])
-    assert good.name == "step_000003" and ck.latest_checkpoint(run) == good
+    assert good.name == "step_000003" and latest_checkpoint(run) == good
     assert json.loads((good / "meta.json").read_text())["step"] == 3
     assert all(
         torch.isfinite(t).all() for t in read_safetensors(good / "model.safetensors")[0].values()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -34,6 +33,10 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime.atomic import json_bytes, remove_leftovers, write_directory
+from trnfrontier.runtime.checkpoint_ref import (
+    list_checkpoints,
+    resolve_checkpoint,
+)
 from trnfrontier.runtime.integrity import (
     DamagedFileError,
     check_directory,
@@ -54,7 +57,6 @@ from trnfrontier.runtime.rundir import (
 from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
 
 CHECKPOINT_FORMAT = "trnfrontier-checkpoint/1"
-_STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 # ---------------------------------------------------------------------------- model state
 
@@ -160,28 +162,6 @@ def restore_rng(
 
 def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
-
-
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete resumable checkpoints of a run, oldest first."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if (
-            match
-            and child.is_dir()
-            and all((child / f).is_file() for f in (MODEL_FILE, META_FILE, OPTIM_FILE, STATE_FILE))
-        ):
-            found.append((int(match.group(1)), child))
-    return [path for _, path in sorted(found)]
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
 
 
 def save_checkpoint(
@@ -301,33 +281,11 @@ def save_final(run_dir: Path, model: nn.Module, meta: Mapping[str, Any]) -> Path
     )
 
 
-def _resolve_model_file(path: Path) -> Path:
-    """A run dir, checkpoint dir, model.safetensors or final.pt -> the file holding weights."""
-    if path.is_file():
-        return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such checkpoint file or directory")
-    for candidate in (
-        path / MODEL_FILE,
-        path / KIT_FILE,
-        path / FINAL_DIR / MODEL_FILE,
-        path / FINAL_DIR / KIT_FILE,
-    ):
-        if candidate.is_file():
-            return candidate
-    latest = latest_checkpoint(path)
-    if latest is not None:
-        return latest / MODEL_FILE
-    raise FileNotFoundError(
-        f"{path}: holds no model.safetensors, final.pt, final/ or checkpoints/step_*/"
-    )
-
-
 def read_model_file(
     path: str | os.PathLike[str],
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]]:
     """(model config, CPU state dict, meta) from any accepted checkpoint path."""
-    file = _resolve_model_file(Path(path))
+    file = resolve_checkpoint(path).model_file
     # Where trnf wrote the checkpoint, its manifest says what the bytes must be; a kit's
     # own final.pt has none and loads as it is.
     meta_path = file.with_name(META_FILE)

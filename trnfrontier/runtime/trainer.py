@@ -36,6 +36,7 @@ import torch.nn as nn
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import compiling, devices, distributed
 from trnfrontier.runtime.atomic import atomic_write_json
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
@@ -195,7 +196,7 @@ class Trainer:
     # -------------------------------------------------------------- resume
 
     def _restore(self) -> None:
-        latest = ckpt.latest_checkpoint(self.out_dir)
+        latest = latest_checkpoint(self.out_dir)
         if latest is None:
             raise TrainingError(
                 f"{self.out_dir} has no complete checkpoint under checkpoints/ to resume from"
@@ -426,7 +427,7 @@ class Trainer:
         if self._weights_finite():
             loop.last_good = self._save_checkpoint(loop.clock)
         else:
-            loop.last_good = ckpt.latest_checkpoint(self.out_dir)
+            loop.last_good = latest_checkpoint(self.out_dir)
         if self.main:
             print(
                 f"diverged at step {loop.diverged_step}: loss {loss} (run.max_loss={max_loss}); "
@@ -677,7 +678,7 @@ def _write_crash_summary(out_dir: Path, recipe: ResolvedRecipe, exc: BaseExcepti
             out_dir,
             name=recipe.name,
             error=f"{type(exc).__name__}: {exc}",
-            last_good_checkpoint=ckpt.latest_checkpoint(out_dir),
+            last_good_checkpoint=latest_checkpoint(out_dir),
             versions=versions(),
         )
     except OSError:
