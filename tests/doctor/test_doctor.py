@@ -168,3 +168,30 @@ def test_a_wrong_kernel_is_reported_as_failing(monkeypatch: pytest.MonkeyPatch) 
     with backend.kernel_backend(lambda name: mutant, {"cpu"}):
         result = kernel_checks.measure(case, torch.device("cpu"), "float32", repeats=0)
     assert result["status"] == "fail" and result["max_abs_error"] > result["tolerance"]
+
+
+def test_on_neuron_each_lnc_runs_in_its_own_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where Neuron is usable, one worker per LNC; their rows make the document."""
+    from trnfrontier.doctor import kernel_checks
+    from trnfrontier.recipes import load_recipe
+
+    launched: list[int] = []
+
+    def worker(shapes: object, lnc: int) -> list[dict]:
+        launched.append(lnc)
+        return [{"lnc": lnc, "kernel": "relu2", "status": "ok" if lnc == 1 else "fail"}]
+
+    monkeypatch.setattr(kernel_checks, "neuron_unusable", lambda: None)
+    monkeypatch.setattr(kernel_checks, "_worker", worker)
+    doc = kernel_checks.kernel_report(load_recipe("baseline_d10"))
+    assert launched == [1, 2] and doc["mode"] == "neuron" and doc["dtype"] == "bfloat16"
+    assert doc["shapes"] == doc["recipe_shapes"] and doc["status"] == "fail"
+
+
+def test_a_worker_that_cannot_reach_a_neuroncore_is_one_failing_row() -> None:
+    from trnfrontier.doctor import kernel_cases, kernel_checks
+
+    shapes = kernel_cases.Shapes(130, 1, 130, 16, 2, 1, 8, 300, 15.0)
+    rows = kernel_checks._worker(shapes, 2)  # no Neuron here: the worker exits non-zero
+    assert len(rows) == 1 and rows[0]["status"] == "fail" and rows[0]["lnc"] == 2
+    assert "worker exited" in rows[0]["error"]

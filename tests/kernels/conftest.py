@@ -9,6 +9,7 @@ interpreter, so the op glue (reshapes, dtypes, autograd) is tested with the real
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -106,6 +107,8 @@ def _clean_kernel_state() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def real_nki() -> ModuleType:
+    # before the import, in case the simulator reads its target once (Trn2, not trn3)
+    os.environ.update(SIMULATOR_TARGET)
     try:
         return importlib.import_module("nki")
     except Exception as exc:  # noqa: BLE001
