@@ -59,3 +59,21 @@ def test_out_on_a_read_only_file_system(sample_home: Path, tmp_path: Path) -> No
     )
     assert result.returncode == 1
     assert result.stderr == f"trnf: error: {read_only / 'run'}: Read-only file system; the file system is read-only; choose a writable location (e.g. --out / -o elsewhere)\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) makes the read-only mount")
+@pytest.mark.parametrize("argv", [["recipes", "schema", "-o", "{ro}/schema.json"], ["init", "{ro}/entry"]])
+def test_other_outputs_on_a_read_only_file_system(argv: list[str], tmp_path: Path) -> None:
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    probe = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only), "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"bwrap cannot mount here: {probe.stderr.decode()[-200:]}")
+    args = [a.format(ro=read_only) for a in argv]
+    result = subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only), sys.executable, "-m", "trnfrontier", *args],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+    assert result.returncode != 0 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("trnf: error: ") and args[-1] in result.stderr and "Read-only file system" in result.stderr
+    assert not any(read_only.iterdir())

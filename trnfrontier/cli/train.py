@@ -107,6 +107,9 @@ def command(
     elif plan.replaces:
         err().print(f"starting again in {plan.run_dir} (the run there stopped before its first checkpoint)")
 
+    # Made first: a folder that cannot be created (read-only, full, no permission) is the
+    # one line the user sees, before anything else tries to write into it.
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
     from trnfrontier.ledger import record
 
     def warn(line: str) -> None:

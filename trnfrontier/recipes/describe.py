@@ -65,5 +65,8 @@ def write_json_schema(path: Path) -> None:
         tmp.write_text(json_schema() + "\n", encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # a read-only folder: nothing was written there to remove
         raise TrnfError(f"--output {path}: cannot write it ({exc.strerror or exc})") from None
