@@ -73,6 +73,9 @@ def test_compile_cache_location_and_free_disk(tmp_path: Path) -> None:
     assert low.status == "warn" and envmod.COMPILE_CACHE_ENV in low.detail
     remote = envmod.check_compile_cache({envmod.COMPILE_CACHE_ENV: "s3://bucket/cache"})
     assert remote.status == "ok" and "remote" in remote.detail
+    flag = {"NEURON_CC_FLAGS": f"--cache_dir={tmp_path}/cc", envmod.COMPILE_CACHE_ENV: "/nope"}
+    assert envmod.compile_cache_url(flag) == f"{tmp_path}/cc"  # the flag wins
+    assert envmod.compile_cache_url({}) == envmod.DEFAULT_COMPILE_CACHE
 
 
 def test_versions_against_the_venv(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -164,8 +164,23 @@ def check_cores(lnc: int, nproc: int, dev: Path, env: dict[str, str]) -> Check:
     return Check("cores", "ok", f"{how} = {logical} logical at LNC={lnc} for nproc={nproc}{spare}")
 
 
+def compile_cache_url(env: dict[str, str]) -> str:
+    """``--cache_dir`` in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else the default
+    (the order of the Neuron docs' "Neuron Persistent Cache" page)."""
+    try:
+        words = shlex.split(env.get("NEURON_CC_FLAGS", ""))
+    except ValueError:
+        words = []
+    for i, word in enumerate(words):
+        if word.startswith("--cache_dir="):
+            return word.split("=", 1)[1]
+        if word == "--cache_dir" and i + 1 < len(words):
+            return words[i + 1]
+    return env.get(COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE)
+
+
 def check_compile_cache(env: dict[str, str], min_free_gib: float = MIN_FREE_GIB) -> Check:
-    url = env.get(COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE)
+    url = compile_cache_url(env)
     if "://" in url:
         return Check("compile cache", "ok", f"{url} (remote; free space not checked)")
     path = Path(url)
