@@ -18,7 +18,7 @@ document:
 
 The archive's tiny train.py and builders come from tests/verify/verify_kit.py.
 
-    python benchmarks/bench_verify.py --archive runs/demo/submission.tar --baseline-src DIR [--repeats 3]
+    python benchmarks/bench_verify.py --archive runs/demo/submission.tar --baseline-src DIR [--pins FILE] [--repeats 3]
 
 times `trnf verify ARCHIVE` (a real one, such as the demo's) with this checkout against
 the same command with the trnfrontier of ``DIR`` (for instance ``git archive`` of an older
@@ -98,19 +98,21 @@ def sha256sum_seconds(archive: Path) -> float:
     return time.perf_counter() - started
 
 
-def cli_seconds(archive: Path, src: Path) -> tuple[float, int]:
-    """Wall seconds of `python -m trnfrontier verify ARCHIVE --json` with ``src``'s trnfrontier first on the path."""
+def cli_seconds(archive: Path, src: Path, pins: Path | None) -> tuple[float, int]:
+    """Wall seconds of `python -m trnfrontier verify ARCHIVE --json` with ``src``'s trnfrontier first on the path
+    (run from the archive's folder: `-m` puts the working directory before PYTHONPATH)."""
     env = dict(os.environ, PYTHONPATH=str(src))
+    cmd = [sys.executable, "-m", "trnfrontier", "verify", str(archive.resolve()), "--json", *(["--pins", str(pins.resolve())] if pins else [])]
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "trnfrontier", "verify", str(archive), "--json"], capture_output=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, env=env, cwd=archive.resolve().parent)
     return time.perf_counter() - started, done.returncode
 
 
-def compare(archive: Path, baseline: Path, repeats: int) -> dict:
+def compare(archive: Path, baseline: Path, repeats: int, pins: Path | None) -> dict:
     ours, theirs = [], []
     for _ in range(repeats):  # alternate, so that load changes hit both sides alike
-        ours.append(cli_seconds(archive, REPO_ROOT))
-        theirs.append(cli_seconds(archive, baseline))
+        ours.append(cli_seconds(archive, REPO_ROOT, pins))
+        theirs.append(cli_seconds(archive, baseline, pins))
     best_ours, best_theirs = min(t for t, _ in ours), min(t for t, _ in theirs)
     return {
         "benchmark": "verify-vs-baseline",
@@ -129,11 +131,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--archive", type=Path, help="time verify on this archive instead of a generated one")
     parser.add_argument("--baseline-src", type=Path, help="with --archive: a directory holding the trnfrontier to compare with")
+    parser.add_argument("--pins", type=Path, help="with --archive: the pins file both sides verify against")
     args = parser.parse_args()
     if args.archive is not None:
         if args.baseline_src is None:
             parser.error("--archive needs --baseline-src")
-        print(json.dumps(compare(args.archive, args.baseline_src, args.repeats), indent=2))
+        print(json.dumps(compare(args.archive, args.baseline_src, args.repeats, args.pins), indent=2))
         return
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         big, big_pins = build(Path(tmp) / "big", args.mb)

@@ -269,3 +269,18 @@ def test_hanging_load_for_eval_fails_the_contract_on_time(tmp_path: Path) -> Non
     report = verify_archive(build_archive(tmp_path, train_py=hanging), Options(pins_file=pins_file(tmp_path), timeout=4))
     check = report.get("contract")
     assert check.verdict == "fail" and "timed out" in check.reason
+
+
+@pytest.mark.parametrize("case", ["manifest-duplicate-params", "manifest-deep", "safetensors-deep-header", "summary-duplicate-key"])
+def test_bad_json_is_one_clean_line_in_human_and_json_output(case: str, tmp_path: Path, capsys) -> None:
+    from hostile import JSON, Ctx
+
+    archive = JSON[case].build(Ctx(work=tmp_path, port=0, marker=tmp_path / "m", secret=""))
+    args = ["verify", str(archive), "--pins", str(pins_file(tmp_path))]
+    code, out, err = _trnf(args, capsys)
+    assert code == 1 and "Traceback" not in out + err and "FAIL" in out
+    assert "twice" in out or "nested" in out  # the table may wrap the reason between words
+    code, out, err = _trnf([*args, "--json"], capsys)
+    report = json.loads(out)
+    reasons = " ".join(c["reason"] for c in report["checks"] if c["verdict"] == "fail")
+    assert code == 1 and not report["ok"] and ("twice" in reasons or "nested too deeply" in reasons)
