@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 SECTIONS = ("model", "optim", "schedule", "data", "budget", "runtime", "eval", "kernels", "run")
 
 
-@pytest.mark.parametrize("name", ["cpu_smoke", "baseline_d10", "muon_gqa"])
+@pytest.mark.parametrize("name", ["cpu_smoke", "baseline_d10", "muon_gqa", "tinyshakespeare"])
 def test_shipped_recipes_validate(name: str) -> None:
     assert name in shipped_recipes()
     recipe = load_recipe(REPO / "recipes" / f"{name}.yaml")

@@ -154,3 +154,18 @@ def test_clip_grad_norm_clips_and_zero_disables() -> None:
     norm = clip_grad_norm([p], 1.0)
     assert norm.item() == pytest.approx(5.0)
     assert p.grad.norm().item() == pytest.approx(1.0, rel=1e-4)
+
+
+def test_lrs_follow_the_batch_by_the_square_root_rule() -> None:
+    from trnfrontier.runtime.optim import batch_lr_scale
+
+    cfg = {**OPTIM, "lr_batch_scaling": True, "reference_batch_tokens": 524_288}
+    assert batch_lr_scale(8192, cfg) == pytest.approx(0.125)  # 64x smaller batch: 1/8 the LR
+    assert batch_lr_scale(524_288, cfg) == 1.0
+    assert batch_lr_scale(8192, {**cfg, "lr_batch_scaling": False}) == 1.0
+    assert batch_lr_scale(None, cfg) == 1.0
+    plain = {g["name"]: g["initial_lr"] for o in build_optimizers(tiny_model(), cfg) for g in o.param_groups}
+    scaled = {g["name"]: g["initial_lr"] for o in build_optimizers(tiny_model(), cfg, 8192) for g in o.param_groups}
+    assert set(plain) == set(scaled) and "matrix" in scaled
+    for name, lr in plain.items():
+        assert scaled[name] == pytest.approx(lr * 0.125)

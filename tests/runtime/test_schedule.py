@@ -70,3 +70,10 @@ def test_muon_momentum_warmup() -> None:
     assert muon_momentum(300, 0.85, 0.95, 300) == pytest.approx(0.95)
     assert muon_momentum(10_000, 0.85, 0.95, 300) == pytest.approx(0.95)
     assert muon_momentum(0, 0.85, 0.95, 0) == 0.95
+
+
+def test_step_warmup_ramps_linearly_over_the_first_steps() -> None:
+    from trnfrontier.runtime.schedule import step_warmup
+
+    assert [step_warmup(s, 4) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert step_warmup(0, 0) == 1.0

@@ -180,13 +180,25 @@ def test_cpu_training_is_deterministic(sample_home: Path, tmp_path: Path) -> Non
 
 
 def test_loss_goes_down(sample_home: Path, tmp_path: Path) -> None:
+    # A 128-token batch: the batch rule would scale the LRs by 1/64 (a visible drop within
+    # 25 steps needs the recipe's unscaled LRs); test_lrs_follow_the_batch covers the rule.
     train(
-        tiny_recipe("schedule.mode=steps", "schedule.total_steps=25", "eval.final=false"),
+        tiny_recipe("schedule.mode=steps", "schedule.total_steps=25", "eval.final=false", "optim.lr_batch_scaling=false"),
         tmp_path / "r",
         time_fn=FakeClock(),
     )
     curve = losses(tmp_path / "r")
     assert sum(curve[-5:]) / 5 < curve[0] - 0.5
+
+
+def test_lrs_follow_the_batch_and_warm_up_over_steps(sample_home: Path, tmp_path: Path) -> None:
+    recipe = tiny_recipe(
+        "schedule.mode=steps", "schedule.total_steps=3", "schedule.warmup_steps=4", "eval.final=false",
+        "optim.matrix_lr=0.02", "optim.reference_batch_tokens=512",
+    )  # 4 x 32 = 128 tokens per step: a quarter of the reference, so half the LR
+    train(recipe, tmp_path / "r", time_fn=FakeClock())
+    lrs = [r["lr"] for r in map(json.loads, (tmp_path / "r" / "metrics.jsonl").read_text().splitlines())]
+    assert lrs == pytest.approx([0.01 * 0.25, 0.01 * 0.5, 0.01 * 0.75])
 
 
 def test_divergence_stops_saves_last_good_and_names_the_step(

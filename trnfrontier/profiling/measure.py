@@ -199,7 +199,11 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
     notes: list[str] = []
     try:
         model = GPT(config).to(spec.device)
-        optimizers = build_optimizers(model, cfg["optim"])
+        # The LRs of the run this profiles (batch-scaled over all its ranks).
+        tokens_per_step = recipe.data.total_batch_tokens or (
+            recipe.data.batch_size * recipe.model.sequence_len * recipe.runtime.nproc
+        )
+        optimizers = build_optimizers(model, cfg["optim"], tokens_per_step)
     except RuntimeError as exc:
         if _is_oom(exc):
             raise does_not_fit(recipe, spec.name, str(exc).splitlines()[0][:160]) from None

@@ -70,6 +70,15 @@ class OptimSection(Section):
     unembedding_lr: float = Field(0.004, gt=0, description="AdamW LR for the output head.")
     scalar_lr: float = Field(0.5, gt=0, description="AdamW LR for scalar / vector parameters.")
     lr_width_scaling: bool = Field(True, description="Scale AdamW LRs by (n_embd/768)^-0.5 as nanochat does.")
+    lr_batch_scaling: bool = Field(
+        True,
+        description="Scale every LR by sqrt(tokens per step / reference_batch_tokens), nanochat's rule: "
+        "the LRs above are tuned at the reference batch, and a smaller batch (noisier gradients) takes "
+        "proportionally smaller steps (1/8 of them at 8,192 tokens).",
+    )
+    reference_batch_tokens: int = Field(
+        524_288, ge=1, description="Tokens per step at which the LRs above apply unscaled (nanochat: 2^19)."
+    )
     adam_betas: tuple[float, float] = (0.8, 0.95)
     adam_eps: float = Field(1e-10, gt=0)
     weight_decay: float = Field(0.0, ge=0, description="Muon weight decay.")
@@ -107,6 +116,9 @@ class ScheduleSection(Section):
 
     mode: Literal["time", "steps"] = "time"
     warmup_frac: float = Field(0.0, ge=0, le=1)
+    warmup_steps: int = Field(
+        0, ge=0, description="Linear LR warm-up over the first N optimizer steps (nanochat: 40), with warmup_frac: the smaller ramp applies."
+    )
     warmdown_frac: float = Field(0.4, ge=0, le=1)
     final_lr_frac: float = Field(0.0, ge=0, le=1)
     total_steps: int | None = Field(None, ge=1)

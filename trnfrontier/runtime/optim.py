@@ -8,6 +8,7 @@ step. Each param group remembers its base LR as ``group["initial_lr"]`` and its 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,21 +20,35 @@ from trnfrontier.runtime.muon import Muon, set_group_value, set_hyperparams
 
 # nanochat tuned its AdamW LRs at width 768; wider models take proportionally smaller steps.
 REFERENCE_WIDTH = 768
+# nanochat's reference batch (2^19 tokens per step), where its LRs apply unscaled.
+REFERENCE_BATCH_TOKENS = 524_288
 
 
 def adamw_lr_scale(n_embd: int, enabled: bool) -> float:
     return (n_embd / REFERENCE_WIDTH) ** -0.5 if enabled else 1.0
 
 
-def build_optimizers(model: GPT, optim_cfg: dict[str, Any]) -> list[torch.optim.Optimizer]:
+def batch_lr_scale(batch_tokens: int | None, optim_cfg: dict[str, Any]) -> float:
+    """nanochat's batch rule: sqrt(tokens per step / reference_batch_tokens) for every LR,
+    when ``lr_batch_scaling`` is on and the step's tokens are known (1 otherwise)."""
+    if not batch_tokens or not optim_cfg.get("lr_batch_scaling", False):
+        return 1.0
+    return math.sqrt(batch_tokens / int(optim_cfg.get("reference_batch_tokens", REFERENCE_BATCH_TOKENS)))
+
+
+def build_optimizers(
+    model: GPT, optim_cfg: dict[str, Any], batch_tokens: int | None = None
+) -> list[torch.optim.Optimizer]:
     """[AdamW (embedding, unembedding, scalar groups), Muon (matrix group)].
 
-    ``optim_cfg`` is the resolved recipe's ``optim`` section (plain dict). Muon starts at
+    ``optim_cfg`` is the resolved recipe's ``optim`` section (plain dict); ``batch_tokens``
+    the tokens of one optimizer step over all ranks, for ``batch_lr_scale``. Muon starts at
     ``muon_momentum_warmup_start`` when a momentum warm-up is configured; the trainer
     moves it every step with ``apply_schedule``. Empty groups are left out.
     """
     groups = model.param_groups()
-    scale = adamw_lr_scale(model.config.n_embd, bool(optim_cfg.get("lr_width_scaling", True)))
+    batch_scale = batch_lr_scale(batch_tokens, optim_cfg)
+    scale = batch_scale * adamw_lr_scale(model.config.n_embd, bool(optim_cfg.get("lr_width_scaling", True)))
     adam_lrs = {
         "embedding": float(optim_cfg.get("embedding_lr", 0.2)) * scale,
         "unembedding": float(optim_cfg.get("unembedding_lr", 0.004)) * scale,
@@ -56,7 +71,7 @@ def build_optimizers(model: GPT, optim_cfg: dict[str, Any]) -> list[torch.optim.
             )
         )
     if groups["matrix"]:
-        matrix_lr = float(optim_cfg.get("matrix_lr", 0.02))
+        matrix_lr = float(optim_cfg.get("matrix_lr", 0.02)) * batch_scale
         warmup_steps = int(optim_cfg.get("muon_momentum_warmup_steps", 0))
         momentum = float(optim_cfg.get("muon_momentum", 0.95))
         if warmup_steps > 0:

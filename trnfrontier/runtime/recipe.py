@@ -91,6 +91,8 @@ class OptimSpec:
     unembedding_lr: float
     scalar_lr: float
     lr_width_scaling: bool
+    lr_batch_scaling: bool
+    reference_batch_tokens: int
     adam_betas: tuple[float, float]
     adam_eps: float
     weight_decay: float
@@ -109,6 +111,7 @@ class OptimSpec:
 class ScheduleSpec:
     mode: str  # "time" | "steps"
     warmup_frac: float
+    warmup_steps: int
     warmdown_frac: float
     final_lr_frac: float
     total_steps: int | None

@@ -56,3 +56,12 @@ def muon_momentum(step: int, start: float, end: float, warmup_steps: int) -> flo
         return end
     frac = _clamp01(step / warmup_steps)
     return (1.0 - frac) * start + frac * end
+
+
+def step_warmup(step: int, warmup_steps: int) -> float:
+    """LR ramp over the first ``warmup_steps`` optimizer steps: (step + 1) / warmup_steps
+    for the 0-based ``step`` about to be taken, then 1 (always 1 when warmup_steps is 0).
+    The trainer applies the smaller of this and ``lr_multiplier``."""
+    if warmup_steps <= 0:
+        return 1.0
+    return min(1.0, (step + 1) / warmup_steps)

@@ -40,7 +40,7 @@ from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
-from trnfrontier.runtime.optim import apply_schedule, build_optimizers
+from trnfrontier.runtime.optim import apply_schedule, batch_lr_scale, build_optimizers
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
 from trnfrontier.runtime.recipe import EvalSpec, RecipeError, ResolvedRecipe
 from trnfrontier.runtime.rundir import (
@@ -54,7 +54,7 @@ from trnfrontier.runtime.rundir import (
     RunStatus,
     write_crash_summary,
 )
-from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps
+from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps, step_warmup
 from trnfrontier.runtime.step import StepResult, TrainStep, step_module
 
 KEEP_CHECKPOINTS = 2
@@ -161,7 +161,9 @@ class Trainer:
         self.kernels = choose_kernels(r.kernels, self.device)
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
         self.model = GPT(GPTConfig.from_recipe(r.model)).to(self.device)
-        self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim))
+        # LRs follow the batch (optim.lr_batch_scaling): the tokens of one optimizer step.
+        self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim), self.tokens_per_step)
+        self.matrix_lr = r.optim.matrix_lr * batch_lr_scale(self.tokens_per_step, dataclasses.asdict(r.optim))
         self.params = self.model.num_params()
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.prepare_sha256 = sha256_file(prepare.__file__)
@@ -330,8 +332,9 @@ class Trainer:
     def _apply_schedule(self, clock: BudgetClock) -> float:
         """Set this step's LRs and Muon momentum; return the LR multiplier (for the log)."""
         sched, o = self.recipe.schedule, self.recipe.optim
-        lrm = lr_multiplier(
-            self._progress(clock), sched.warmup_frac, sched.warmdown_frac, sched.final_lr_frac
+        lrm = min(
+            lr_multiplier(self._progress(clock), sched.warmup_frac, sched.warmdown_frac, sched.final_lr_frac),
+            step_warmup(self.step, sched.warmup_steps),
         )
         mom = muon_momentum(
             self.step, o.muon_momentum_warmup_start, o.muon_momentum, o.muon_momentum_warmup_steps
@@ -473,7 +476,7 @@ class Trainer:
         record: dict[str, Any] = {
             "step": self.step,
             "loss": loop.last_loss,
-            "lr": loop.lrm * float(self.recipe.optim.matrix_lr),
+            "lr": loop.lrm * self.matrix_lr,
             "lrm": loop.lrm,
             "tokens": self.tokens,
             "tokens_per_second": tps,
