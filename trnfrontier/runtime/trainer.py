@@ -54,7 +54,12 @@ from trnfrontier.runtime.rundir import (
     RunStatus,
     write_crash_summary,
 )
-from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum, progress_from_steps, step_warmup
+from trnfrontier.runtime.schedule import (
+    lr_multiplier,
+    muon_momentum,
+    progress_from_steps,
+    step_warmup,
+)
 from trnfrontier.runtime.step import StepResult, TrainStep, step_module
 
 KEEP_CHECKPOINTS = 2
