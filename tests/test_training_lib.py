@@ -35,7 +35,7 @@ def test_new_run_goes_to_runs_name(sample_home, tmp_path: Path, monkeypatch) -> 
     plan = training.plan_new_run("cpu_smoke", ["optim.matrix_lr=0.03"])
     assert plan.run_dir == Path("runs/cpu_smoke") and not plan.resume
     assert plan.recipe.optim.matrix_lr == 0.03
-    assert plan.command[1:4] == ["-m", "trnfrontier.runtime.entry", "--recipe"]
+    assert plan.command[1:4] == ["-m", "trnfrontier.train_worker", "--recipe"]
     assert not plan.run_dir.exists()  # planning writes nothing
     assert training.plan_new_run("cpu_smoke", [], name="exp2").run_dir == Path("runs/exp2")
     assert training.plan_new_run("cpu_smoke", [], out=tmp_path / "x").run_dir == tmp_path / "x"
@@ -69,7 +69,7 @@ def test_nproc_sets_runtime_nproc_and_uses_torchrun(sample_home, tmp_path: Path)
         "--nproc_per_node",
         "2",
     ]
-    assert plan.command[6:8] == ["-m", "trnfrontier.runtime.entry"]
+    assert plan.command[6:8] == ["-m", "trnfrontier.train_worker"]
 
 
 def test_nproc_that_breaks_the_batch_geometry_names_the_key(sample_home, tmp_path: Path) -> None:

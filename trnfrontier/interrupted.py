@@ -20,6 +20,7 @@ from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
     CRASHED,
     INTERRUPTED,
+    LOCK_FILE,
     LOG_FILE,
     META_FILE,
     METRICS_FILE,
@@ -81,7 +82,8 @@ def restartable(run_dir: Path) -> bool:
     A live run has no summary yet, so it is never replaced."""
     if not run_dir.is_dir():
         return False
-    names = {child.name for child in run_dir.iterdir()}
+    # A lock left by a killed writer is stale; the new writer's lock replaces it.
+    names = {child.name for child in run_dir.iterdir()} - {LOCK_FILE}
     if RECIPE_FILE not in names or not names <= _EARLY_FILES | _TOOL_FILES:
         return False
     if latest_checkpoint(run_dir) is not None:

@@ -163,12 +163,19 @@ def start(
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
     stdin: int | IO[Any] | None = subprocess.DEVNULL,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a new session (its own process group), so that ``stop_tree`` can
-    reach it and what it starts without ever signalling trnf itself."""
+    reach it and what it starts without ever signalling trnf itself. ``die_with_parent``:
+    the kernel kills it when trnf dies, even by SIGKILL (``lifeline``; main thread only)."""
+    preexec = None
+    if die_with_parent:
+        from trnfrontier.lifeline import preexec as lifeline_preexec
+
+        preexec = lifeline_preexec()
     return subprocess.Popen(
         list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
-        stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True,
+        stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True, preexec_fn=preexec,
     )
 
 

@@ -1,8 +1,10 @@
 """The library behind `trnf train`: plan a run, check it can start, launch it, watch it.
 
-The training itself runs in a child process (``python -m trnfrontier.runtime.entry``, or
-torchrun for ``--nproc N > 1``) in its own process group, so that Ctrl-C or an error here
-ends every worker and nothing is orphaned. This side validates the recipe, refuses what
+The training itself runs in a child process (``python -m trnfrontier.train_worker``, the
+runtime's entry point bound to its parent's life, or torchrun for ``--nproc N > 1``) in its
+own process group, so that Ctrl-C or an error here ends every worker and nothing is
+orphaned; a ``kill -9`` of trnf takes them too (``lifeline``). One writer per run
+directory: trnf takes the run's lock (``runtime.runlock``) and hands it to the trainer. This side validates the recipe, refuses what
 would fail or overwrite, writes ``recipe.json``, shows a live view by tailing
 ``metrics.jsonl`` and reads back ``summary.json``.
 """
@@ -30,8 +32,10 @@ from trnfrontier.child_env import data_env
 from trnfrontier.console import err
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.interrupted import clear_stopped_run, restartable
+from trnfrontier.lifeline import supervisor_env
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
+from trnfrontier.runtime import runlock
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint import check_resumable
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
@@ -270,7 +274,7 @@ def launch_command(run_dir: Path, recipe: Recipe, resume: bool) -> list[str]:
     """The child's argv: plain python for one process, torchrun for more."""
     entry = [
         "-m",
-        "trnfrontier.runtime.entry",
+        "trnfrontier.train_worker",
         "--recipe",
         str(run_dir / RECIPE_FILE),
         "--out",
@@ -295,7 +299,7 @@ def launch_command(run_dir: Path, recipe: Recipe, resume: bool) -> list[str]:
 def launch_env(recipe: Recipe) -> dict[str, str]:
     """Environment additions: the same prepare.py and dataset in every worker, and the
     Neuron logical-core configuration from the recipe."""
-    env = {**data_env(), PREPARE_ENV: str(selected_prepare_path())}
+    env = {**data_env(), **supervisor_env(), PREPARE_ENV: str(selected_prepare_path())}
     if recipe.data.dataset:
         env["TRNF_DATASET"] = recipe.data.dataset
     if recipe.runtime.device in ("neuron", "auto"):
@@ -419,7 +423,27 @@ def run_plan(
     on_record: Callable[[dict[str, Any]], None] | None = None,
     poll_seconds: float = 0.5,
 ) -> dict[str, Any]:
-    """Write recipe.json (new runs), start the child, follow it, return its summary."""
+    """Take the run directory's lock, write recipe.json (new runs), start the child,
+    follow it, return its summary."""
+    try:
+        lock = runlock.acquire(plan.run_dir, command=" ".join(["trnf", *sys.argv[1:]])[:300])
+    except runlock.RunLockedError as exc:
+        raise TrnfError(str(exc)) from None
+    if lock.took_over:
+        err().print(f"[yellow]{lock.took_over}[/yellow]")
+    try:
+        return _run_locked(plan, {runlock.TOKEN_ENV: lock.token}, live, on_record, poll_seconds)
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    plan: RunPlan,
+    lock_env: dict[str, str],
+    live: bool,
+    on_record: Callable[[dict[str, Any]], None] | None,
+    poll_seconds: float,
+) -> dict[str, Any]:
     run_dir = plan.run_dir
     if plan.replaces:
         clear_stopped_run(run_dir)
@@ -429,7 +453,7 @@ def run_plan(
     previous_summary = (
         (run_dir / SUMMARY_FILE).stat().st_mtime_ns if (run_dir / SUMMARY_FILE).exists() else None
     )
-    env = {**os.environ, **plan.env}
+    env = {**os.environ, **plan.env, **lock_env}
     budget = plan.recipe.budget.seconds
     tail = MetricsTail(run_dir / METRICS_FILE)
     watch = PhaseWatch(run_dir / LOG_FILE)
@@ -440,7 +464,9 @@ def run_plan(
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(plan.command)}\n".encode())
         log.flush()
-        proc = processes.start(plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=None)
+        proc = processes.start(
+            plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=None, die_with_parent=True
+        )
         display = (
             Live(
                 live_view(None, budget, run_dir, started, None),

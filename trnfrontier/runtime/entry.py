@@ -36,7 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         recipe = json.loads(args.recipe.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         parser.error(f"--recipe {args.recipe}: {exc}")
-    summary = train(recipe, args.out, resume=args.resume)
+    from trnfrontier.runtime.runlock import RunLockedError
+
+    try:
+        summary = train(recipe, args.out, resume=args.resume)
+    except RunLockedError as exc:  # a second writer: one line, and nothing written
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return exit_code_for(summary.get("status"))
 
 

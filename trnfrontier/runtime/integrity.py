@@ -24,7 +24,7 @@ from trnfrontier.runtime.atomic import json_bytes
 from trnfrontier.runtime.rundir import MANIFEST_FILE
 
 MANIFEST_FORMAT = "trnfrontier-manifest/1"
-_BLOCK = 1 << 20
+_HASH_BLOCK = 1 << 20
 
 
 class DamagedFileError(ValueError):
@@ -40,7 +40,7 @@ class DamagedFileError(ValueError):
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(_BLOCK):
+        while block := handle.read(_HASH_BLOCK):
             digest.update(block)
     return digest.hexdigest()
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.runtime import compiling, devices, distributed
+from trnfrontier.runtime import compiling, devices, distributed, runlock
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
@@ -665,18 +665,28 @@ def train(
     spec = devices.resolve(dataclasses.asdict(runtime), info.local_rank)
     if compiling.compile_enabled(runtime.compile, spec.device.type):
         compiling.use_cache_under_home()
+    lock = None
     if info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
-    distributed.init(spec.device, info)
+        # One writer per run directory; refused before anything is written (a crash
+        # summary here would overwrite the live writer's). Joins the lock `trnf train` took.
+        lock = runlock.acquire(out_dir)
+        if lock.took_over:
+            print(lock.took_over, file=sys.stderr, flush=True)
     try:
-        trainer = Trainer(recipe, out_dir, resume, prepare, info, spec, time_fn=time_fn)
-        return trainer.run()
-    except BaseException as exc:
-        if info.is_main and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            _write_crash_summary(out_dir, recipe, exc)
-        raise
+        distributed.init(spec.device, info)
+        try:
+            trainer = Trainer(recipe, out_dir, resume, prepare, info, spec, time_fn=time_fn)
+            return trainer.run()
+        except BaseException as exc:
+            if info.is_main and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                _write_crash_summary(out_dir, recipe, exc)
+            raise
+        finally:
+            distributed.shutdown()
     finally:
-        distributed.shutdown()
+        if lock is not None:
+            lock.release()
 
 
 def _write_crash_summary(out_dir: Path, recipe: ResolvedRecipe, exc: BaseException) -> None:
