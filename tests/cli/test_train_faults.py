@@ -16,7 +16,7 @@ import pytest
 from tests.cli.test_train_cli import TINY
 from trnfrontier import processes
 from trnfrontier.runtime import runlock
-from trnfrontier.runtime.checkpoint import latest_checkpoint
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.rundir import FINAL_DIR, LOCK_FILE, SUMMARY_FILE
 
 REPO = Path(__file__).resolve().parents[2]
