@@ -139,8 +139,9 @@ def fmt_p(p: float) -> str:
 
 def seeds_pair(pa: list[tuple[dict[str, Any], dict[str, Any]]], pb: list[tuple[dict[str, Any], dict[str, Any]]]) -> bool:
     """True when both sides ran exactly the same seeds, each once, at least two: then each
-    seed's B - A is one observation (same initial weights and data order on both sides,
-    so the seed's own luck cancels). Decided from the seeds alone, never from the scores."""
+    seed's B - A is one observation (whatever the seed decides, initialisation and sampling,
+    is shared by both sides, so much of its luck cancels; where it is not shared the test
+    is still valid, only less sharp). Decided from the seeds alone, never from the scores."""
     seeds_a, seeds_b = [r.get("seed") for r, _ in pa], [r.get("seed") for r, _ in pb]
     return (
         len(seeds_a) >= 2
