@@ -111,10 +111,10 @@ def recorded_settings(path: Path) -> dict[str, Any]:
     run_dir = ref.run_dir
     summary = _read_json(run_dir / SUMMARY_FILE) if run_dir else None
     meta = ref.meta()
-    recipe = (meta or {}).get("recipe") or (_read_json(run_dir / RECIPE_FILE) if run_dir else None) or {}
-    eval_section = recipe.get("eval") if isinstance(recipe.get("eval"), dict) else {}
+    recipe: dict[str, Any] = (meta or {}).get("recipe") or (_read_json(run_dir / RECIPE_FILE) if run_dir else None) or {}
+    eval_section: dict[str, Any] = recipe["eval"] if isinstance(recipe.get("eval"), dict) else {}
     for key, summary_key in (("tokens", "eval_tokens"), ("seq_len", "eval_seq_len"), ("batch_size", "eval_batch_size")):
-        if summary and summary.get(summary_key):
+        if run_dir is not None and summary and summary.get(summary_key):
             found[key] = int(summary[summary_key])
             found[f"{key}_source"] = f"{run_dir / SUMMARY_FILE}"
         elif eval_section.get(key):

@@ -26,7 +26,7 @@ from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 try:  # typer >= 0.22 vendors click; older releases depend on it
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import ClickException
+    from click.exceptions import ClickException  # type: ignore[no-redef]
 
 def _show_flags_as_flags() -> None:
     """Help lists a boolean flag (``--json``, ``--dry-run``, ``--help``) without a value type.
@@ -46,7 +46,7 @@ def _show_flags_as_flags() -> None:
         return original(self, ctx)
 
     display_type_rich._trnf_flags = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign,assignment]
 
 
 _show_flags_as_flags()

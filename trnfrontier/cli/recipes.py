@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -38,7 +39,7 @@ def list_command(
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """The recipes that ship with trnf (use the name anywhere a recipe path goes)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, path in shipped_recipes().items():
         recipe = load_recipe(path)
         rows.append(
@@ -102,7 +103,7 @@ def validate_command(
     refs, overrides = _split(args)
     if not refs:
         raise UsageError("give at least one recipe to validate")
-    results = []
+    results: list[dict[str, Any]] = []
     for ref in refs:
         try:
             recipe = load_recipe(ref, overrides)

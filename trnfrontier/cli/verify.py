@@ -43,10 +43,10 @@ def command(
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
                       allow_unsandboxed=allow_unsandboxed)
-    from trnfrontier.progress import steps
+    from trnfrontier.progress import steps as progress_steps
     from trnfrontier.verify.runner import progress_units
 
-    with steps(f"verifying {archive}", progress_units(options)) as bar:
+    with progress_steps(f"verifying {archive}", progress_units(options)) as bar:
         report = verify_archive(archive, options, progress=bar)
     if json_output:
         print_json(report.to_json())

@@ -91,11 +91,12 @@ def read_run(path: Path) -> RunDir:
     if (path / RECIPE_FILE).is_file():
         recipe = read_json(path / RECIPE_FILE, "recipe.json")
     else:
-        recipe = read_json(final_dir / META_FILE, "final/meta.json").get("recipe")
-        if not isinstance(recipe, dict):
+        recorded = read_json(final_dir / META_FILE, "final/meta.json").get("recipe")
+        if not isinstance(recorded, dict):
             raise TrnfError(
                 f"{path}: no recipe.json and final/meta.json records no recipe; cannot regenerate train.py"
             )
+        recipe = recorded
     if not (path / STEP_LOG_FILE).is_file():
         raise TrnfError(
             f"{path / STEP_LOG_FILE} is missing: the budget cannot be checked without the step-boundary log"

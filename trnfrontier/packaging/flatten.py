@@ -138,9 +138,9 @@ class _Flattener:
 
     def _span(self, module: _Module, node: ast.AST) -> tuple[int, int]:
         starts = module.line_starts
-        return starts[node.lineno - 1] + node.col_offset, starts[
-            node.end_lineno - 1
-        ] + node.end_col_offset  # type: ignore[attr-defined]
+        first, column = node.lineno, node.col_offset  # type: ignore[attr-defined]
+        last, end_column = node.end_lineno, node.end_col_offset  # type: ignore[attr-defined]
+        return starts[first - 1] + column, starts[last - 1] + end_column
 
     def _replace(self, module: _Module, node: ast.AST, text: str) -> None:
         start, end = self._span(module, node)
@@ -150,7 +150,8 @@ class _Flattener:
         """Drop whole lines of a top-level statement (its decorators/comments stay)."""
         starts = module.line_starts
         start = starts[node.lineno - 1]
-        end = starts[node.end_lineno] if node.end_lineno < len(starts) else len(module.source)  # type: ignore[operator]
+        last = node.end_lineno or node.lineno
+        end = starts[last] if last < len(starts) else len(module.source)
         module.edits.append((start, end, text.encode("utf-8")))
 
     def _omitted(self, module: _Module, node: ast.Import | ast.ImportFrom) -> str | None:
@@ -257,24 +258,24 @@ class _Flattener:
             for name in _bound_names(node):
                 module.defined.setdefault(name, node.lineno)
         top = {id(node) for node in body}
-        for node in ast.walk(module.tree):
-            if isinstance(node, ast.Global):
-                for name in node.names:
-                    module.defined.setdefault(name, node.lineno)
-            if id(node) in top:
+        for inner in ast.walk(module.tree):
+            if isinstance(inner, ast.Global):
+                for name in inner.names:
+                    module.defined.setdefault(name, inner.lineno)
+            if id(inner) in top:
                 continue
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
-                isinstance(node, ast.ImportFrom) and node.module == "__future__"
+            if isinstance(inner, (ast.Import, ast.ImportFrom)) and not (
+                isinstance(inner, ast.ImportFrom) and inner.module == "__future__"
             ):
-                why = self._omitted(module, node)
+                why = self._omitted(module, inner)
                 if why is not None:  # never reached by the code paths the single file serves
-                    self._replace(module, node, f"raise ImportError({why!r})")
+                    self._replace(module, inner, f"raise ImportError({why!r})")
                     continue
-                pairs = self._intra_import(module, node)
+                pairs = self._intra_import(module, inner)
                 if pairs is not None:
                     self._replace(
                         module,
-                        node,
+                        inner,
                         "; ".join(f"{local} = {name}" for local, name in pairs) or "pass",
                     )
 
@@ -324,8 +325,8 @@ class _Flattener:
 
     def emitted(self, module: _Module) -> str:
         data = module.source
-        for start, end, text in sorted(module.edits, key=lambda e: (e[0], e[1]), reverse=True):
-            data = data[:start] + text + data[end:]
+        for start, end, replacement in sorted(module.edits, key=lambda e: (e[0], e[1]), reverse=True):
+            data = data[:start] + replacement + data[end:]
         text = re.sub(
             r"\n{4,}", "\n\n\n", data.decode("utf-8")
         )  # removed lines leave runs of blanks
@@ -379,7 +380,7 @@ def _bound_names(node: ast.stmt) -> list[str]:
     for child in ast.iter_child_nodes(node):  # if/try/with/for bodies still bind module names
         if isinstance(child, ast.stmt):
             names += _bound_names(child)
-        elif isinstance(child, ast.excepthandler):
+        elif isinstance(child, ast.ExceptHandler):
             names += [child.name] if child.name else []
             for stmt in child.body:
                 names += _bound_names(stmt)
@@ -469,7 +470,7 @@ def flatten(
     parts = ["from __future__ import annotations\n", "\n".join(statements) + "\n"]
     for name in order:
         module = flattener.modules[name]
-        rel = module.path.relative_to(flattener.dir)
+        rel = str(module.path.relative_to(flattener.dir))
         parts.append(
             f"\n# {'-' * 20} {package.replace('.', '/')}/{rel} {'-' * 20}\n\n"
             + flattener.emitted(module)

@@ -297,14 +297,15 @@ def package_kit(
         kernels=[],
     )
     facts["params"] = params
+    metrics_log = members[fmt.METRICS_LOG]
     add_writeup(
         members,
         facts,
         None,
-        members[fmt.METRICS_LOG] if isinstance(members[fmt.METRICS_LOG], Path) else None,
+        metrics_log if isinstance(metrics_log, Path) else None,
         forced,
         team_text,
-    )  # type: ignore[arg-type]
+    )
     measured_by = (
         "trnf package --val-bpb-from-eval (trusted evaluate_bpb)"
         if val_bpb_from_eval

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from functools import partial
 from typing import Any
 
 from trnfrontier import stats
@@ -64,9 +65,9 @@ def compare(a: measure.Setup, b: measure.Setup, steps: int, warmup: int, rounds:
         order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
         block: dict[str, float] = {}
         for key, setup in order:
-            times = []
+            times: list[float] = []
             for _ in range(per_round):
-                times.append(measure.guarded(setup, lambda s=setup: measure.timed_plain_step(s)))
+                times.append(measure.guarded(setup, partial(measure.timed_plain_step, setup)))
                 bar.advance()
             block[key] = statistics.median(times)
             seconds[key] += times

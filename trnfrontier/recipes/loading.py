@@ -142,7 +142,7 @@ class _RecipeLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_NESTING:
                 raise RecipeLimitError(f"nesting deeper than {MAX_NESTING} levels", self.peek_event().start_mark)
-            return super().compose_node(parent, index)  # type: ignore[misc]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 

@@ -34,7 +34,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def _write_file(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write ``path`` through ``write(handle)`` and fsync it (not atomic by itself)."""
     with open(path, "wb") as handle:
         write(handle)
@@ -42,7 +42,7 @@ def _write_file(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         os.fsync(handle.fileno())
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write ``path`` through ``write(handle)`` into a temporary file beside it, fsync,
     rename over ``path`` and fsync the directory. On any failure ``path`` is untouched."""
     path = Path(path)
@@ -72,7 +72,7 @@ def atomic_write_json(path: Path, document: Any) -> None:
 
 def write_directory(
     target: Path,
-    files: Mapping[str, Callable[[IO[bytes]], None]],
+    files: Mapping[str, Callable[[IO[bytes]], object]],
     before_rename: Callable[[Path], None] | None = None,
 ) -> Path:
     """Create directory ``target`` holding ``files`` (name -> writer), atomically.

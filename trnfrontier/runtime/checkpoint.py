@@ -65,9 +65,9 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The plain module under DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
     while True:
         if hasattr(model, "_orig_mod"):
-            model = model._orig_mod  # type: ignore[assignment]
+            model = model._orig_mod
         elif isinstance(getattr(model, "module", None), nn.Module):  # DDP and the like
-            model = model.module  # type: ignore[assignment]
+            model = model.module
         else:
             return model
 
@@ -104,22 +104,22 @@ def build_model(
 
 def _model_writer(
     state: Mapping[str, torch.Tensor], config: Mapping[str, Any]
-) -> Callable[[IO[bytes]], None]:
+) -> Callable[[IO[bytes]], object]:
     metadata = {"format": "pt", "model_config": json.dumps(dict(config), sort_keys=True)}
     return lambda handle: write_safetensors(handle, state, metadata)
 
 
-def _json_writer(document: Any) -> Callable[[IO[bytes]], None]:
+def _json_writer(document: Any) -> Callable[[IO[bytes]], object]:
     raw = json_bytes(document)
     return lambda handle: handle.write(raw)
 
 
-def _torch_writer(obj: Any) -> Callable[[IO[bytes]], None]:
+def _torch_writer(obj: Any) -> Callable[[IO[bytes]], object]:
     return lambda handle: torch.save(obj, handle)
 
 
 def _config_of(model: nn.Module) -> dict[str, Any]:
-    return unwrap(model).config.to_dict()  # type: ignore[union-attr,operator]
+    return unwrap(model).config.to_dict()
 
 
 # ---------------------------------------------------------------------------- RNG state
@@ -128,7 +128,7 @@ def _config_of(model: nn.Module) -> dict[str, Any]:
 def capture_rng(device: torch.device) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(JSON-able Python/NumPy RNG state, torch RNG state tensors) of this process."""
     version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()
     plain = {
         "python": [version, list(internal), gauss],
         "numpy": [

@@ -80,6 +80,6 @@ def compile_optimizers(optimizers: list[torch.optim.Optimizer], device_type: str
     for opt in optimizers:
         fn = getattr(opt, "update_fn", None)
         if fn is not None:
-            opt.update_fn = torch.compile(fn, backend=compile_backend(device_type), dynamic=False)  # type: ignore[attr-defined]
+            opt.update_fn = torch.compile(fn, backend=compile_backend(device_type), dynamic=False)
             count += 1
     return count

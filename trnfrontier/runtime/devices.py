@@ -59,7 +59,7 @@ class DeviceSpec:
 def import_neuron() -> ModuleType:
     """Import torch_neuronx (registers the ``neuron`` device and distributed backend)."""
     try:
-        import torch_neuronx  # type: ignore[import-not-found]
+        import torch_neuronx
     except ImportError as exc:
         raise DeviceError(
             f"device 'neuron' needs torch-neuronx ({exc}). {NEURON_PIP_HINT}"

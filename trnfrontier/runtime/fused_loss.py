@@ -45,7 +45,7 @@ def _compute_dtype(x: Tensor, weight: Tensor) -> torch.dtype:
 
 class _LinearSoftcapCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, x: Tensor, weight: Tensor, targets: Tensor, cap: float, ignore_index: int, chunk: int
     ) -> Tensor:
         dtype = _compute_dtype(x, weight)
@@ -72,7 +72,7 @@ class _LinearSoftcapCrossEntropy(torch.autograd.Function):
         return loss_sum / count
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         grad_x, grad_w, count = ctx.saved_tensors
         scale = grad_out.to(count.dtype) / count
         return (

@@ -176,7 +176,7 @@ class Muon(torch.optim.Optimizer):
                 group[name] = tensor
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Tensor | None:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -65,7 +65,7 @@ def build_optimizers(
         optimizers.append(
             AdamW(
                 adam_groups,
-                betas=betas,  # type: ignore[arg-type]
+                betas=betas,
                 eps=float(optim_cfg.get("adam_eps", 1e-10)),
                 weight_decay=0.0,
             )
@@ -130,7 +130,7 @@ class AdamW(torch.optim.AdamW):
         self.update_fn: Callable[..., None] = adamw_update
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Tensor | None:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Tensor | None:
         loss = None
         if closure is not None:
             with torch.enable_grad():

@@ -124,7 +124,7 @@ class RunSummary(TypedDict, total=False):
     kernels: dict[str, Any]
     dtype: str
     world_size: int
-    versions: dict[str, str]
+    versions: dict[str, str | None]
     prepare_sha256: str
     tokenizer_sha256: str
     final_checkpoint: str | None
@@ -150,7 +150,7 @@ def write_crash_summary(
     name: str | None,
     error: str,
     last_good_checkpoint: str | os.PathLike[str] | None,
-    versions: dict[str, str] | None = None,
+    versions: dict[str, str | None] | None = None,
     status: RunStatus = CRASHED,
 ) -> dict[str, Any]:
     """Write (atomically) and return the summary of a run that crashed: what went wrong and

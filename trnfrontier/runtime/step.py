@@ -116,8 +116,9 @@ class TrainStep:
         for micro in range(self.accum):
             with phase("data"):
                 x, y, data_state[micro % self.streams] = next_batch(micro)
-            sync = self.ddp is None or micro == self.accum - 1
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():  # type: ignore[union-attr,operator]
+            last = self.ddp is None or micro == self.accum - 1
+            # DDP all-reduces on the last micro-step only.
+            with contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync():
                 with phase("forward"), devices.autocast(self.device, self.dtype):
                     loss = self.module(x, y)
                 with phase("backward"):

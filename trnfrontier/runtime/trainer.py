@@ -23,7 +23,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -76,6 +76,7 @@ def seed_everything(seed: int) -> None:
 
 
 def versions() -> dict[str, str | None]:
+    trnf: str | None
     try:
         from importlib.metadata import version
 
@@ -171,7 +172,7 @@ class Trainer:
         self.matrix_lr = r.optim.matrix_lr * batch_lr_scale(self.tokens_per_step, dataclasses.asdict(r.optim))
         self.params = self.model.num_params()
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
-        self.prepare_sha256 = sha256_file(prepare.__file__)
+        self.prepare_sha256 = sha256_file(str(prepare.__file__))
         self.tokenizer_sha256 = getattr(self.tokenizer, "sha256", None)
 
         self.step, self.tokens = 0, 0
@@ -255,9 +256,9 @@ class Trainer:
                 model=self.model,
                 optimizers=self.optimizers,
                 meta=self._meta(clock),
-                rank_states=states,
-                rank_rng=rngs,
-                keep_last=KEEP_CHECKPOINTS,  # type: ignore[arg-type]
+                rank_states=states,  # type: ignore[arg-type]  # gathered copies of the dicts above
+                rank_rng=rngs,  # type: ignore[arg-type]
+                keep_last=KEEP_CHECKPOINTS,
             )
         distributed.barrier()
         return path
@@ -283,6 +284,7 @@ class Trainer:
         the loader itself), read for consecutive micro-batches.
         """
         make = self.prepare.make_dataloader
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(make).parameters
         except (TypeError, ValueError):
@@ -450,8 +452,8 @@ class Trainer:
         now = loop.step_end
         ckpt_every, eval_every = run_cfg.checkpoint_every_seconds, self.recipe.eval.every_seconds
         reason = self._stop_reason(clock)
-        eval_local = bool(eval_every) and now - loop.last_eval >= float(eval_every)
-        ckpt_local = bool(ckpt_every) and now - loop.last_ckpt >= float(ckpt_every)
+        eval_local = eval_every is not None and now - loop.last_eval >= eval_every
+        ckpt_local = ckpt_every is not None and now - loop.last_ckpt >= ckpt_every
         stop, eval_due, ckpt_due = distributed.any_true(
             [bool(reason), eval_local, ckpt_local], self.device
         )

@@ -20,7 +20,7 @@ import gzip
 import lzma
 import tarfile
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from trnfrontier.submission import canonical_header
 
@@ -35,7 +35,7 @@ def _open(archive: Path) -> tuple[IO[bytes], bool]:
         head = handle.read(6)
     for magic, opener in _MAGIC:
         if head.startswith(magic):
-            return opener(archive, "rb"), False  # type: ignore[operator]
+            return cast(IO[bytes], opener(archive, "rb")), False
     return open(archive, "rb"), True
 
 

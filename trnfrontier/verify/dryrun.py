@@ -64,7 +64,7 @@ def _requirement_names(dist: metadata.Distribution) -> list[str]:
     try:
         from packaging.requirements import Requirement
     except ImportError:  # pragma: no cover - packaging ships with pip/setuptools everywhere
-        Requirement = None  # type: ignore[assignment]
+        Requirement = None  # type: ignore[assignment,misc]
     for spec in dist.requires or []:
         if Requirement is not None:
             req = Requirement(spec)
@@ -103,7 +103,7 @@ def _top_level_entries(dist: metadata.Distribution) -> set[Path]:
         parts = Path(str(file)).parts
         if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith(".pth"):
             continue
-        entries.add(Path(dist.locate_file(parts[0])))
+        entries.add(Path(str(dist.locate_file(parts[0]))))
     return {e for e in entries if e.exists()}
 
 

@@ -114,6 +114,8 @@ def _load_prepare(path: str | None):
     if not path:
         return None
     spec = importlib.util.spec_from_file_location("prepare", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: cannot be loaded as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules["prepare"] = module  # `import prepare` in train.py gets the trusted file
     spec.loader.exec_module(module)

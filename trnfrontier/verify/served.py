@@ -56,12 +56,12 @@ class ServedModel:
         from_r, from_w = os.pipe()
         argv = [python or sys.executable, "-I", "-B", str(SERVER), "--train-py", str(root / "train.py"), "--checkpoint", str(checkpoint),
                 "--fd-in", str(to_r), "--fd-out", str(from_w)]
-        read_only = [root, SERVER, *read_only]
+        visible = [root, SERVER, *read_only]
         if prepare is not None:
             argv += ["--prepare", str(prepare)]
-            read_only.append(prepare)
+            visible.append(prepare)
         env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "LANG": "C.UTF-8"}
-        jail = sandbox.Jail(scratch=scratch, env=env, read_only=tuple(read_only), cwd=root)
+        jail = sandbox.Jail(scratch=scratch, env=env, read_only=tuple(visible), cwd=root)
         log = scratch / ".server.log"
         command, outer_env = sandbox.wrap(argv, jail, sandbox.Limits(wall_seconds=timeout), sandboxed=sandboxed)
         # bwrap passes inherited descriptors through, so the server uses the same numbers.

@@ -88,11 +88,11 @@ def _(x: Tensor, dy: Tensor) -> Tensor:
     return torch.empty_like(x)
 
 
-def _relu2_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+def _relu2_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0])
 
 
-def _relu2_bwd(ctx, dy):  # type: ignore[no-untyped-def]
+def _relu2_bwd(ctx, dy):
     (x,) = ctx.saved_tensors
     return relu2_backward_op(x, dy)
 
@@ -134,12 +134,12 @@ def _(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
     return torch.empty_like(x)
 
 
-def _rmsnorm_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+def _rmsnorm_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(inputs[0], output[1])
     ctx.mark_non_differentiable(output[1])
 
 
-def _rmsnorm_bwd(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
+def _rmsnorm_bwd(ctx, dy, _drstd):
     x, rstd = ctx.saved_tensors
     return rmsnorm_backward_op(x, dy, rstd), None
 
@@ -209,14 +209,14 @@ def _(x: Tensor, dy: Tensor, cos: Tensor, sin: Tensor, rstd: Tensor, normalize: 
     return torch.empty_like(x)
 
 
-def _rope_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+def _rope_setup(ctx, inputs, output) -> None:
     x, cos, sin, _eps, normalize = inputs
     ctx.save_for_backward(x, cos, sin, output[1])
     ctx.normalize = normalize
     ctx.mark_non_differentiable(output[1])
 
 
-def _rope_bwd(ctx, dy, _drstd):  # type: ignore[no-untyped-def]
+def _rope_bwd(ctx, dy, _drstd):
     x, cos, sin, rstd = ctx.saved_tensors
     return rope_qknorm_backward_op(x, dy, cos, sin, rstd, ctx.normalize), None, None, None, None
 
@@ -272,14 +272,14 @@ def _(logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: floa
     return torch.empty_like(logits)
 
 
-def _ce_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+def _ce_setup(ctx, inputs, output) -> None:
     logits, targets, softcap = inputs
     ctx.save_for_backward(logits, targets, output[1])
     ctx.softcap = softcap
     ctx.mark_non_differentiable(output[1])
 
 
-def _ce_bwd(ctx, dloss, _dlse):  # type: ignore[no-untyped-def]
+def _ce_bwd(ctx, dloss, _dlse):
     logits, targets, lse = ctx.saved_tensors
     return cross_entropy_backward_op(logits, targets, lse, dloss, ctx.softcap), None, None
 
@@ -339,14 +339,14 @@ def _(
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _attention_setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+def _attention_setup(ctx, inputs, output) -> None:
     q, k, v, scale = inputs
     ctx.save_for_backward(q, k, v, output[0], output[1])
     ctx.scale = scale
     ctx.mark_non_differentiable(output[1])
 
 
-def _attention_bwd(ctx, do, _dlse):  # type: ignore[no-untyped-def]
+def _attention_bwd(ctx, do, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = attention_backward_op(q, k, v, o, lse, do, ctx.scale)
     return dq, dk, dv, None

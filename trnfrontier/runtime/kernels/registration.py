@@ -34,14 +34,14 @@ def _torch_neuronx_attr(name: str) -> Any:
     if importlib.util.find_spec("torch_neuronx") is None:
         return None
     try:
-        import torch_neuronx  # type: ignore[import-not-found]
+        import torch_neuronx
     except Exception:  # noqa: BLE001 - a broken or placeholder install: no wrapper
         return None
     found = getattr(torch_neuronx, name, None)
     if found is not None:
         return found
     try:
-        from torch_neuronx import nki_hop  # type: ignore[import-not-found]
+        from torch_neuronx import nki_hop
     except Exception:  # noqa: BLE001
         return None
     return getattr(nki_hop, name, None)

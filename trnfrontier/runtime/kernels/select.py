@@ -101,6 +101,7 @@ def use_kernels(kernels_cfg: dict[str, str] | None, device: torch.device | str) 
         if choice == "off":
             chosen[name] = "reference"
             continue
+        reason: str | None
         if not backend.wants_kernel(device_type):
             reason = f"device {device_type} has no NKI"
         else:
