@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv with the test tools and run the whole test suite (slow end-to-end tests included).
+# Set up .venv with the test tools, run ruff and mypy (configured in pyproject.toml), then the
+# whole test suite (slow end-to-end tests included).
 # Extra arguments go to pytest, e.g. scripts/test.sh -m "not slow" -x
 #   --under-load[=N]   run the suite while N busy processes (default: one per core) load the
 #                      CPU, as on a shared CI runner; no test may depend on the machine's speed.
@@ -16,6 +17,10 @@ for arg in "$@"; do
     esac
 done
 bash scripts/setup.sh dev
+# Lint and types first: CI fails on them before spending minutes on the suite.
+echo "test.sh: ruff check, mypy" >&2
+.venv/bin/python -m ruff check trnfrontier tests prepare.py kernels benchmarks scripts
+.venv/bin/python -m mypy
 if [ "$load" -gt 0 ]; then
     .venv/bin/python scripts/cpu_load.py "$load" &
     load_pid=$!
