@@ -65,6 +65,24 @@ def _onehot(tg, rows, c0, cols):
     return hot
 
 
+def _add_picked(tg, vals, picked, rows, c0, cols):
+    """picked += vals[target column] where the target falls in columns c0 .. c0 + cols."""
+    hot = _onehot(tg, rows, c0, cols)
+    nisa.tensor_tensor(
+        dst=hot[0:rows, 0:cols],
+        data1=hot[0:rows, 0:cols],
+        data2=vals[0:rows, 0:cols],
+        op=nl.multiply,
+    )
+    part = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(
+        dst=part[0:rows, :], op=nl.add, data=hot[0:rows, 0:cols], axis=1, keepdims=True
+    )
+    nisa.tensor_tensor(
+        dst=picked[0:rows, :], data1=picked[0:rows, :], data2=part[0:rows, :], op=nl.add
+    )
+
+
 def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
     v = z.shape[1]
     tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -109,20 +127,7 @@ def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
             dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=csum[0:rows, :], op=nl.add
         )
         nisa.tensor_copy(dst=m[0:rows, :], src=m_new[0:rows, :])
-        hot = _onehot(tg, rows, c0, cols)
-        nisa.tensor_tensor(
-            dst=hot[0:rows, 0:cols],
-            data1=hot[0:rows, 0:cols],
-            data2=s[0:rows, 0:cols],
-            op=nl.multiply,
-        )
-        part = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(
-            dst=part[0:rows, :], op=nl.add, data=hot[0:rows, 0:cols], axis=1, keepdims=True
-        )
-        nisa.tensor_tensor(
-            dst=picked[0:rows, :], data1=picked[0:rows, :], data2=part[0:rows, :], op=nl.add
-        )
+        _add_picked(tg, s, picked, rows, c0, cols)
     out_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=out_lse[0:rows, :], op=nl.log, data=l_sum[0:rows, :])
     nisa.tensor_tensor(
@@ -162,20 +167,7 @@ def _fwd_tile_capped(z, targets, loss, lse, r0, rows, cap):
         nisa.tensor_tensor(
             dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=csum[0:rows, :], op=nl.add
         )
-        hot = _onehot(tg, rows, c0, cols)
-        nisa.tensor_tensor(
-            dst=hot[0:rows, 0:cols],
-            data1=hot[0:rows, 0:cols],
-            data2=t[0:rows, 0:cols],
-            op=nl.multiply,
-        )
-        part = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_reduce(
-            dst=part[0:rows, :], op=nl.add, data=hot[0:rows, 0:cols], axis=1, keepdims=True
-        )
-        nisa.tensor_tensor(
-            dst=picked[0:rows, :], data1=picked[0:rows, :], data2=part[0:rows, :], op=nl.add
-        )
+        _add_picked(tg, t, picked, rows, c0, cols)
     out_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=out_lse[0:rows, :], op=nl.log, data=l_sum[0:rows, :])
     nisa.tensor_scalar(dst=out_lse[0:rows, :], data=out_lse[0:rows, :], op0=nl.add, operand0=cap)
