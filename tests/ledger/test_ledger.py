@@ -54,6 +54,7 @@ def test_a_planted_difference_is_found(ledger_env: Path, capsys) -> None:
     d = doc["difference"]
     assert d["low"] < -0.004 + 0.0008 and d["high"] < 0 and d["p_value"] < 0.001
     assert doc["message"].startswith("B better by 0.00") and "p < 0.001" in doc["message"]
+    assert "131,072 local evaluation tokens" in doc["caveat"]
     # The same through the human table, and with the sides named as recipes.
     code, out, _ = run_cli(["compare", "cpu_smoke", f"cpu_smoke {BETTER}"], capsys)
     assert code == 0 and "B better by" in out and "no official scores recorded" in out

@@ -43,6 +43,8 @@ def render(document: dict[str, Any], console: Console) -> None:
         console.print(f"test: {tests[d['method']]}, {d['df']:.1f} degrees of freedom")
     style = "bold green" if document["verdict"].endswith("better") else "bold"
     console.print(f"[{style}]{escape(document['message'])}[/{style}]")
+    if document.get("caveat"):
+        console.print(escape(document["caveat"]), style="dim")
     projection = document["projection"]
     if not projection["available"]:
         console.print(projection["message"])

@@ -125,7 +125,25 @@ def compare(
     }
     document.update(_verdict(diff, min(sa.n, sb.n), spread, confidence, resolve))
     document["projection"] = _projection(all_runs or [*a.runs, *b.runs], pa[0][1], sa, sb)
+    document["caveat"] = _caveat(pa[0][1])
     return document
+
+
+# The leaderboard's evaluation length (prepare.EVAL_TOKENS_OFFICIAL; not imported: the
+# contract module is loaded by path, and a kit's prepare.py may not define it).
+OFFICIAL_TOKENS = 20_971_520
+
+
+def _caveat(score: dict[str, Any]) -> str | None:
+    """What the interval does not cover: it is seed-to-seed noise on the local evaluation
+    data; a different, larger evaluation set can move two close configurations apart."""
+    tokens = score.get("num_tokens")
+    if not isinstance(tokens, int) or tokens >= OFFICIAL_TOKENS:
+        return None
+    return (
+        f"the interval covers run-to-run noise on these {tokens:,} local evaluation tokens; the leaderboard "
+        f"scores about {OFFICIAL_TOKENS:,} private ones, which can separate or reorder very close configurations"
+    )
 
 
 def fmt(value: float) -> str:
