@@ -54,6 +54,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trnfrontier.runtime.atomic import DiskFullError, fsync_dir, is_disk_full
+
 FORMAT = "trnf-submission/1"
 
 TRAIN_PY = "train.py"
@@ -175,7 +177,8 @@ def write_deterministic_tar(members: Mapping[str, Path | bytes], out_path: Path)
     """Write ``members`` (name -> file path or bytes) as an uncompressed tar at ``out_path``.
 
     Members are sorted, with mtime 0, uid/gid 0 and mode 0644, in PAX format; the file is
-    written beside ``out_path`` and renamed into place, so nothing half-written is left.
+    written beside ``out_path``, fsynced and renamed into place, so nothing half-written is
+    left. A full disk raises ``DiskFullError`` saying how much the archive needs.
     """
     for name in members:
         if not is_normalised_name(name):
@@ -191,10 +194,28 @@ def write_deterministic_tar(members: Mapping[str, Path | bytes], out_path: Path)
                 else:
                     with open(source, "rb") as handle:
                         tar.addfile(_tarinfo(name, os.fstat(handle.fileno()).st_size), handle)
+        with open(partial, "rb+") as written:
+            os.fsync(written.fileno())
         os.replace(partial, out_path)
+        fsync_dir(out_path.parent)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        partial.unlink(missing_ok=True)
+        raise DiskFullError(out_path, _tar_size(members), "the archive") from None
     finally:
         if partial.exists():
             partial.unlink()
+
+
+def _tar_size(members: Mapping[str, Path | bytes]) -> int:
+    """About what the tar of ``members`` takes: data rounded up to 512-byte blocks, plus a
+    header block (and a PAX one) per member and the end-of-archive blocks."""
+    total = 2 * 512
+    for source in members.values():
+        size = len(source) if isinstance(source, (bytes, bytearray)) else Path(source).stat().st_size
+        total += 3 * 512 + -(-size // 512) * 512
+    return total
 
 
 def member_path(root: Path, name: str) -> Path:

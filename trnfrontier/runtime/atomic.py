@@ -10,6 +10,7 @@ later writer can recognise and clear what a killed one left (``TEMP_PREFIXES``).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -18,6 +19,44 @@ from pathlib import Path
 from typing import IO, Any
 
 TEMP_PREFIXES = (".tmp-", ".old-")
+# What a full disk (or a used-up quota) looks like to a write.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free space on the file system holding ``path`` (its nearest existing parent)."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def _mb(count: int | None) -> str:
+    return "an unknown amount" if count is None else f"{count / 1e6:,.1f} MB"
+
+
+class DiskFullError(OSError):
+    """No space left while writing ``target``; the message says how much it needs and how
+    much is free, and that nothing was half-written (the write was atomic)."""
+
+    def __init__(self, target: Path, needed: int | None, what: str = "", advice: str = "") -> None:
+        self.target, self.needed, self.free = Path(target), needed, free_bytes(Path(target))
+        label = f"{what} {target}" if what else str(target)
+        self.message = (
+            f"disk full writing {label}: it needs about {_mb(needed)} and {_mb(self.free)} is free there; "
+            f"nothing was half-written{'; ' + advice if advice else ''}"
+        )
+        super().__init__(errno.ENOSPC, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
 def fsync_dir(path: Path) -> None:
@@ -74,13 +113,17 @@ def write_directory(
     target: Path,
     files: Mapping[str, Callable[[IO[bytes]], object]],
     before_rename: Callable[[Path], None] | None = None,
+    *,
+    expected_bytes: int | None = None,
+    what: str = "",
 ) -> Path:
     """Create directory ``target`` holding ``files`` (name -> writer), atomically.
 
     The files are written under ``.tmp-<name>.<pid>`` and the directory renamed into place.
     ``before_rename(tmp)`` may add files that describe the others (a manifest), so they
     appear together. An existing ``target`` is first moved aside and removed only once
-    the new one is in.
+    the new one is in. A full disk raises ``DiskFullError`` (``expected_bytes``: the size
+    it names; ``what``: what the target is, for the message) once the partial copy is gone.
     """
     target = Path(target)
     parent = target.parent
@@ -103,8 +146,10 @@ def write_directory(
             os.replace(target, old)
         os.replace(tmp, target)
         fsync_dir(parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
+            raise DiskFullError(target, expected_bytes, what) from None
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -164,6 +164,18 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a (nested) state: what a checkpoint of it takes on disk,
+    near enough to tell the user how much space a write needs."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, Mapping):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
 def save_checkpoint(
     run_dir: Path,
     *,
@@ -190,20 +202,32 @@ def save_checkpoint(
         f"rank{r}.{name}": t for r, tensors in enumerate(rank_rng) for name, t in tensors.items()
     }
     optim_state = {"optimizers": [opt.state_dict() for opt in optimizers]}
+    weights = model_state(model)
     target = write_directory(
         root / step_dir_name(step),
         {
-            MODEL_FILE: _model_writer(model_state(model), config),
+            MODEL_FILE: _model_writer(weights, config),
             OPTIM_FILE: _torch_writer(optim_state),
             RNG_FILE: lambda handle: write_safetensors(handle, rng),
             STATE_FILE: _json_writer(state),
             META_FILE: _json_writer(full_meta),
         },
         before_rename=write_manifest,
+        expected_bytes=tensor_bytes(weights) + tensor_bytes(optim_state) + tensor_bytes(rng),
+        what="the checkpoint",
     )
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def drop_older_checkpoints(run_dir: Path, keep_last: int = 1) -> list[Path]:
+    """Remove all but the newest ``keep_last`` resumable checkpoints; returns what went."""
+    found = list_checkpoints(run_dir)
+    dropped = found[:-keep_last] if keep_last > 0 else found
+    for old in dropped:
+        shutil.rmtree(old, ignore_errors=True)
+    return dropped
 
 
 def check_resumable(checkpoint_dir: Path) -> None:
@@ -278,6 +302,8 @@ def save_final(run_dir: Path, model: nn.Module, meta: Mapping[str, Any]) -> Path
             META_FILE: _json_writer(full_meta),
         },
         before_rename=write_manifest,
+        expected_bytes=2 * tensor_bytes(state),  # model.safetensors and final.pt
+        what="the final checkpoint",
     )
 
 

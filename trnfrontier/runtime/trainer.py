@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import compiling, devices, distributed, runlock
-from trnfrontier.runtime.atomic import atomic_write_json
+from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
@@ -250,18 +250,36 @@ class Trainer:
         rngs = distributed.gather_objects({k: v.cpu() for k, v in tensors.items()})
         path = None
         if self.main:
-            path = ckpt.save_checkpoint(
-                self.out_dir,
-                step=self.step,
-                model=self.model,
-                optimizers=self.optimizers,
-                meta=self._meta(clock),
-                rank_states=states,  # type: ignore[arg-type]  # gathered copies of the dicts above
-                rank_rng=rngs,  # type: ignore[arg-type]
-                keep_last=KEEP_CHECKPOINTS,
-            )
+            try:
+                path = ckpt.save_checkpoint(
+                    self.out_dir,
+                    step=self.step,
+                    model=self.model,
+                    optimizers=self.optimizers,
+                    meta=self._meta(clock),
+                    rank_states=states,  # type: ignore[arg-type]  # gathered copies of the dicts above
+                    rank_rng=rngs,  # type: ignore[arg-type]
+                    keep_last=KEEP_CHECKPOINTS,
+                )
+            except DiskFullError as exc:
+                # A full disk costs this checkpoint, not the run: the previous one stays.
+                kept = latest_checkpoint(self.out_dir)
+                print(f"warning: {exc}; checkpoint skipped, last good one: {kept}", file=sys.stderr, flush=True)
         distributed.barrier()
         return path
+
+    def _save_final(self, clock: BudgetClock) -> Path:
+        """final/; on a full disk, once more after removing all but the newest resumable
+        checkpoint (that one stays: from it `--resume` can always redo the run's end)."""
+        try:
+            return ckpt.save_final(self.out_dir, self.model, self._meta(clock))
+        except DiskFullError as exc:
+            dropped = ckpt.drop_older_checkpoints(self.out_dir, keep_last=1)
+            if not dropped:
+                raise
+            names = ", ".join(p.name for p in dropped)
+            print(f"warning: {exc}; removed the older checkpoint {names} to make room, retrying", file=sys.stderr, flush=True)
+            return ckpt.save_final(self.out_dir, self.model, self._meta(clock))
 
     def _evaluate(self) -> dict[str, Any]:
         """Periodic validation through the trusted evaluate_bpb (every rank takes a share).
@@ -513,7 +531,7 @@ class Trainer:
         if loop.status == COMPLETED:
             distributed.barrier()
             if self.main:
-                final_path = ckpt.save_final(self.out_dir, self.model, self._meta(clock))
+                final_path = self._save_final(clock)
             distributed.barrier()
             # The scored number comes from one process on one device, exactly as `trnf eval`
             # and the organisers' eval-public compute it: leave the process group first.

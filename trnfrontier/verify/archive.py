@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trnfrontier.runtime.atomic import DiskFullError, is_disk_full
 from trnfrontier.submission import is_normalised_name, member_path
 from trnfrontier.verify.canonical import canonical_problem
 
@@ -114,10 +115,10 @@ def safe_extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Extrac
     """
     root = dest.resolve()
     result = Extracted(root=root)
+    members: list[tarfile.TarInfo] = []
     try:
         result.compressed_bytes = archive.stat().st_size
         with tarfile.open(archive, "r:*") as tar:
-            members: list[tarfile.TarInfo] = []
             seen: set[str] = set()
             total = 0
             for member in tar:  # streams headers; data of skipped members is not inflated into memory
@@ -151,6 +152,11 @@ def safe_extract(archive: Path, dest: Path, limits: Limits = Limits()) -> Extrac
     except ExtractionError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError, ValueError) as exc:
+        if is_disk_full(exc):  # verify's own disk filled up: not a fault of the archive
+            raise DiskFullError(
+                root, sum(m.size for m in members), "verify's copy of the archive in",
+                advice="free space there or point TMPDIR at a disk with room, then verify again",
+            ) from None
         if isinstance(exc, tarfile.ReadError) and "opened successfully" in str(exc):
             raise ExtractionError("not a tar archive (neither plain tar nor gzip, bzip2 or xz compressed)") from None
         kind = type(exc).__name__
