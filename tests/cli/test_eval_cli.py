@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.cli_run import run_cli
+from trnfrontier.runtime.integrity import write_manifest
 
 torch.set_num_threads(1)
 
@@ -165,6 +166,7 @@ def test_sha_mismatch_is_refused_unless_allowed(sample_home: Path, tmp_path: Pat
     meta = json.loads(meta_path.read_text())
     meta["tokenizer_sha256"] = "0" * 64
     meta_path.write_text(json.dumps(meta))
+    write_manifest(meta_path.parent)  # a consistent edit, not damage: the SHA check must catch it
     code, out, err = run_cli(["eval", str(run), *FAST], capsys)
     lines = [line for line in err.splitlines() if line.startswith("trnf:")]
     assert code == 1 and out == ""
