@@ -164,6 +164,7 @@ def start(
     stderr: int | IO[Any] | None = None,
     stdin: int | IO[Any] | None = subprocess.DEVNULL,
     die_with_parent: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a new session (its own process group), so that ``stop_tree`` can
     reach it and what it starts without ever signalling trnf itself. ``die_with_parent``:
@@ -176,6 +177,7 @@ def start(
     return subprocess.Popen(
         list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
         stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True, preexec_fn=preexec,
+        pass_fds=tuple(pass_fds),
     )
 
 

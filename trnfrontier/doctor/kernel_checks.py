@@ -14,11 +14,12 @@ import contextlib
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from trnfrontier import processes
 
 LNCS = (1, 2)
 WORKER_TIMEOUT_S = 1800  # compiling six kernels (forward and backward) from a cold cache
@@ -175,11 +176,9 @@ def neuron_results(shapes: Any, lnc: int) -> list[dict[str, Any]]:
 def _worker(shapes: Any, lnc: int) -> list[dict[str, Any]]:
     env = {**os.environ, "NEURON_LOGICAL_NC_CONFIG": str(lnc)}
     cmd = [sys.executable, "-m", "trnfrontier.doctor.kernel_worker", json.dumps(shapes.as_dict())]
-    try:
-        done = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
+    # The whole tree goes at the timeout (subprocess.run's timeout kills the direct child only).
+    done = processes.run_tree(cmd, env=env, timeout=WORKER_TIMEOUT_S)
+    if done.timed_out:
         return [
             {
                 "lnc": lnc,

@@ -239,8 +239,10 @@ def popen(argv: list[str], jail: Jail, limits: Limits, *, sandboxed: bool, pass_
           stdout: int | object = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     """Start ``argv`` confined (its own session, so the caller can kill the whole tree)."""
     command, env = wrap(argv, jail, limits, sandboxed=sandboxed)
-    return subprocess.Popen(command, cwd=jail.cwd or jail.scratch, env=env, stdin=subprocess.DEVNULL, stdout=stdout,  # type: ignore[arg-type]
-                            stderr=subprocess.STDOUT, start_new_session=True, pass_fds=tuple(pass_fds))
+    from trnfrontier import processes
+
+    return processes.start(command, cwd=jail.cwd or jail.scratch, env=env, stdout=stdout,  # type: ignore[arg-type]
+                           stderr=subprocess.STDOUT, pass_fds=tuple(pass_fds))
 
 
 def run(argv: list[str], jail: Jail, *, timeout: float, sandboxed: bool, limits: Limits | None = None) -> tuple[int | None, str]:

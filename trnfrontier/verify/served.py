@@ -67,8 +67,8 @@ class ServedModel:
         # bwrap passes inherited descriptors through, so the server uses the same numbers.
         try:
             with open(log, "wb") as sink:
-                proc = subprocess.Popen(command, cwd=jail.cwd, env=outer_env, stdin=subprocess.DEVNULL, stdout=sink,
-                                        stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(to_r, from_w))
+                proc = processes.start(command, cwd=jail.cwd, env=outer_env, stdout=sink,
+                                       stderr=subprocess.STDOUT, pass_fds=(to_r, from_w))
         finally:
             os.close(to_r)
             os.close(from_w)
