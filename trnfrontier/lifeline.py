@@ -5,7 +5,8 @@ whole tree), which also means ``kill -9`` of trnf's process group does not reach
 orphan trained on and wrote ``final/``. So every process between trnf and the training
 code asks the kernel (``prctl(PR_SET_PDEATHSIG, SIGKILL)``) to be killed when its parent
 dies: the direct child in ``processes.start(die_with_parent=True)`` (between fork and
-exec, so it holds for torchrun too), and each trainer process again in
+exec, so it holds for torchrun too; SIGTERM there, on which torchrun stops its workers,
+which covers a kit's own train.py), and each trainer process again, with SIGKILL, in
 ``trnfrontier.train_worker`` (torchrun's workers are torchrun's children, not ours).
 
 The signal only covers a parent that dies *after* it is set, so each process then checks

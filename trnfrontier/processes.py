@@ -168,12 +168,13 @@ def start(
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a new session (its own process group), so that ``stop_tree`` can
     reach it and what it starts without ever signalling trnf itself. ``die_with_parent``:
-    the kernel kills it when trnf dies, even by SIGKILL (``lifeline``; main thread only)."""
+    the kernel sends it SIGTERM when trnf dies, even by SIGKILL (``lifeline``; main thread
+    only). SIGTERM, not SIGKILL: torchrun then stops its workers before it exits."""
     preexec = None
     if die_with_parent:
         from trnfrontier.lifeline import preexec as lifeline_preexec
 
-        preexec = lifeline_preexec()
+        preexec = lifeline_preexec(signal.SIGTERM)
     return subprocess.Popen(
         list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
         stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True, preexec_fn=preexec,

@@ -84,7 +84,9 @@ def run(plan: LaunchPlan, *, timeout: float | None, console_log: Path,
     started = time.monotonic()
     chunks: list[str] = []
     with open(console_log, "w", encoding="utf-8") as log:
-        proc = processes.start(plan.argv, cwd=plan.cwd, env=plan.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = processes.start(
+            plan.argv, cwd=plan.cwd, env=plan.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, die_with_parent=True
+        )
 
         def pump() -> None:
             assert proc.stdout is not None
