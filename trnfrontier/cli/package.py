@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from trnfrontier.cli import modes
+from trnfrontier.cli.modes import check_mode
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import UsageError
 
@@ -85,15 +87,16 @@ def command(
     from trnfrontier.packaging.build import package_run
     from trnfrontier.packaging.kit import package_kit
 
+    given = {
+        "RUN_DIR": run_dir is not None,
+        "--single-file": single_file,
+        "--checkpoint": checkpoint is not None,
+        "--launch": launch is not None,
+        "--run-dir": kit_run_dir is not None,
+        "--val-bpb-from-eval": val_bpb_from_eval,
+    }
+    check_mode(modes.PACKAGE, "kit" if train_py is not None else "recipe", given)
     if train_py is not None:
-        if run_dir is not None:
-            raise UsageError(
-                "give RUN_DIR or --train-py, not both (a kit-mode run directory goes in --run-dir)"
-            )
-        if single_file:
-            raise UsageError(
-                "--single-file applies to a run directory; with --train-py your file ships as it is"
-            )
         if not json_output:
             err().print(f"packaging {train_py} ...")
         result = package_kit(
@@ -111,19 +114,6 @@ def command(
         if run_dir is None:
             raise UsageError(
                 "give a RUN_DIR to package, or --train-py with --checkpoint and --launch"
-            )
-        for name, value in (
-            ("--checkpoint", checkpoint),
-            ("--launch", launch),
-            ("--run-dir", kit_run_dir),
-        ):
-            if value is not None:
-                raise UsageError(
-                    f"{name} is for kit mode (--train-py); a run directory brings its own"
-                )
-        if val_bpb_from_eval:
-            raise UsageError(
-                "--val-bpb-from-eval is for kit mode (--train-py); a run directory's summary has its val_bpb"
             )
         if not json_output:
             err().print(f"packaging {run_dir} ...")

@@ -8,8 +8,10 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from trnfrontier.cli import modes
+from trnfrontier.cli.modes import check_mode
 from trnfrontier.console import err, out, print_json
-from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.errors import TrnfError
 
 
 def _rerun_command(
@@ -57,11 +59,15 @@ def command(
     """Train a recipe within its budget. Override any key: `optim.matrix_lr=0.03 budget.seconds=120`.
 
     With --train-py, run a team's own train.py instead (its arguments after `--`)."""
+    given = {
+        "--resume": resume is not None,
+        "--name": name is not None,
+        "--timeout": timeout is not None,
+        "--dry-run": dry_run,
+        "--steps": steps is not None,
+    }
+    check_mode(modes.TRAIN, "kit" if train_py is not None else "recipe", given)
     if train_py is not None:
-        if resume is not None or name is not None:
-            raise UsageError(
-                "--train-py runs a script as the organisers do; --resume and --name are for recipe runs"
-            )
         # After `--` every word is the script's, including one click took for RECIPE.
         script_args = ([recipe] if recipe is not None else []) + list(ctx.args)
         from trnfrontier.kit.command import kit_command
@@ -78,15 +84,6 @@ def command(
             json_output=json_output,
         )
         return
-    for flag, given in (
-        ("--timeout", timeout is not None),
-        ("--dry-run", dry_run),
-        ("--steps", steps is not None),
-    ):
-        if given:
-            raise UsageError(
-                f"{flag} applies to --train-py runs; a recipe run's limits are budget.seconds and budget.max_steps"
-            )
 
     # Imported here, not at the top: the training library imports torch, and `trnf --help`
     # must not pay for it.
