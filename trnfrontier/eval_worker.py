@@ -38,6 +38,7 @@ import torch
 from trnfrontier.errors import TrnfError
 from trnfrontier.eval_spec import WorkerSpec
 from trnfrontier.trusted_prepare import load_contract
+from trnfrontier.runtime import prepare_calls
 
 # Tolerances for the batch-independence check, relative to the logits' magnitude. A row
 # evaluated alone and inside a batch may legitimately differ by matmul blocking order
@@ -255,7 +256,7 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
     prepare = contract.module
     device = _resolve_device(spec.device or "auto")
     try:
-        tokenizer = prepare.ensure_tokenizer()
+        tokenizer = prepare_calls.ensure_tokenizer(prepare)
     except Exception as exc:
         raise WorkerError("data", f"no tokenizer for the active dataset ({_one_line(exc)}); run `trnf prepare` first") from None
     current = {"prepare_sha256": contract.sha256, "tokenizer_sha256": getattr(tokenizer, "sha256", None)}
@@ -290,20 +291,19 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
     result["dtype"] = str(next((p.dtype for p in model.parameters()), torch.float32)).removeprefix("torch.")
 
     vocab_size = tokenizer.get_vocab_size()
-    seq_len = spec.seq_len
+    seq_len = int(spec.seq_len)
+    batch_size = int(spec.batch_size)
     try:
-        result["causality"] = dict(prepare.causality_check(model, vocab_size=vocab_size, seq_len=seq_len, device=device))
+        # Called the way the kit's train.py calls them (prepare_calls): positionally, and
+        # with only the keywords the trusted file's signature accepts.
+        result["causality"] = prepare_calls.causality_check(prepare, model, tokenizer, batch_size, seq_len, device)
         result["batch_independence"] = batch_independence_check(model, vocab_size, seq_len, device)
-        score = prepare.evaluate_bpb(
-            model,
-            tokenizer,
-            batch_size=spec.batch_size,
-            seq_len=seq_len,
-            device=device,
-            split="public_val",
-            max_tokens=spec.tokens,
-            timeout_seconds=float(spec.timeout),
+        score = prepare_calls.evaluate_bpb(
+            prepare, model, tokenizer, batch_size, seq_len, device,
+            split="public_val", max_tokens=int(spec.tokens), timeout_seconds=float(spec.timeout),
         )
+    except prepare_calls.PrepareRejected as exc:
+        raise WorkerError("prepare", str(exc)) from None
     except torch.cuda.OutOfMemoryError:
         raise WorkerError("memory", f"out of device memory at --batch-size {spec.batch_size}; try a smaller --batch-size") from None
     except WorkerError:

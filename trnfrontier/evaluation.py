@@ -27,6 +27,7 @@ from trnfrontier.progress import Steps
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
 from trnfrontier.runtime.rundir import RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
+from trnfrontier.runtime.prepare_calls import constant, missing_names
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
 # load, the two checks and interpreter start-up. evaluate_bpb itself stops at the timeout.
@@ -65,7 +66,7 @@ class Target:
 
 def parse_tokens(value: str, prepare: Any) -> int:
     """``public`` (2,097,152), ``official`` (20,971,520) or a positive count (``_`` allowed)."""
-    presets = {"public": prepare.EVAL_TOKENS_PUBLIC, "official": prepare.EVAL_TOKENS_OFFICIAL}
+    presets = {"public": constant(prepare, "EVAL_TOKENS_PUBLIC"), "official": constant(prepare, "EVAL_TOKENS_OFFICIAL")}
     if value.lower() in presets:
         return int(presets[value.lower()])
     try:
@@ -133,15 +134,15 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
     if options.tokens is not None:
         tokens, tokens_source = parse_tokens(options.tokens, prepare), "--tokens"
     else:
-        tokens = recorded.get("tokens", int(prepare.EVAL_TOKENS_PUBLIC))
+        tokens = recorded.get("tokens", int(constant(prepare, "EVAL_TOKENS_PUBLIC")))
         tokens_source = recorded.get("tokens_source", "contract EVAL_TOKENS_PUBLIC")
     if options.seq_len is not None:
         seq_len, seq_source = options.seq_len, "--seq-len"
     else:
-        seq_len = recorded.get("seq_len", int(prepare.EVAL_SEQ_LEN))
+        seq_len = recorded.get("seq_len", int(constant(prepare, "EVAL_SEQ_LEN")))
         seq_source = recorded.get("seq_len_source", "contract EVAL_SEQ_LEN")
     batch_size = options.batch_size or recorded.get("batch_size", DEFAULT_BATCH_SIZE)
-    timeout = options.timeout if options.timeout is not None else float(prepare.EVAL_TIMEOUT_SECONDS)
+    timeout = options.timeout if options.timeout is not None else float(constant(prepare, "EVAL_TIMEOUT_SECONDS"))
     return WorkerSpec(
         path=str(target.path),
         train_py=str(target.train_py) if target.train_py else None,
@@ -233,9 +234,11 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Steps | None
     check_device(options.device)
     contract = load_contract()
     prepare = contract.module
-    for name in ("evaluate_bpb", "causality_check", "ensure_tokenizer", "EVAL_SEQ_LEN", "EVAL_TOKENS_PUBLIC"):
-        if not hasattr(prepare, name):
-            raise TrnfError(f"{contract.path} has no {name}; it is not a trusted prepare.py this tool can score with")
+    # Only contract names are required; extras such as EVAL_SEQ_LEN fall back to the
+    # contract's defaults (prepare_calls.CONTRACT_DEFAULTS).
+    missing = missing_names(prepare, ("evaluate_bpb", "causality_check", "ensure_tokenizer"))
+    if missing:
+        raise TrnfError(f"{contract.path} has no {', '.join(missing)}; it is not a trusted prepare.py this tool can score with")
     results = []
     for target in targets:
         spec = worker_spec(target, options, prepare)
