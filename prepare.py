@@ -50,6 +50,10 @@ EVAL_TOKENS_PUBLIC = 2_097_152
 EVAL_TOKENS_OFFICIAL = 20_971_520
 VAL_SHARD = 6542
 
+# The official runner's step-boundary log and the kit's data/tokenizer root.
+STEP_LOG_ENV = "NEURON_COMPETITION_R1_STEP_LOG"
+CACHE_DIR_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
+
 SPECIAL_TOKENS = ("<|bos|>", "<|reserved_0|>", "<|reserved_1|>", "<|reserved_2|>")
 BOS_TOKEN = SPECIAL_TOKENS[0]
 # GPT-4's split pattern with numbers split into groups of at most two digits.
@@ -1188,45 +1192,52 @@ def evaluate_bpb(
             mask = weights > 0
             total_nats += nats[mask].double().sum()
             total_bytes += weights[mask].double().sum()
-            counted += mask.double().sum()
+            counted += float(y.numel())
     if was_training:
         model.train()
     totals = torch.stack([total_nats, total_bytes, counted, torch.tensor(float(over_timeout), dtype=torch.float64, device=device)])
     if dist_ready:
         torch.distributed.all_reduce(totals)
     nats_sum, bytes_sum, count, timeouts = (float(v) for v in totals.cpu())
+    # The kit's seven keys: num_tokens counts every target position scored (the requested
+    # count when seq_len divides it), num_bytes and total_nats only byte-bearing targets.
     return {
         "val_bpb": nats_sum / (math.log(2) * bytes_sum) if bytes_sum else float("nan"),
+        "total_nats": nats_sum,
         "num_tokens": int(count),
         "num_bytes": int(bytes_sum),
-        "total_nats": nats_sum,
         "eval_seconds": time.time() - started,
+        "eval_timeout": timeout_seconds,
         "eval_over_timeout": timeouts > 0,
     }
 
 
-def causality_check(model: Any, vocab_size: int = TOKENIZER_VOCAB_SIZE, seq_len: int = 64,
-                    device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+def causality_check(model: Any, tokenizer: Tokenizer, batch_size: int, seq_len: int, device: Any) -> dict[str, Any]:
     """Perturb the tokens from position t on; the logits before t must not change.
 
-    Checks several cut points on two random rows. ``passed`` is False for a model that
-    looks at future tokens.
+    ``batch_size`` random rows of ``seq_len`` tokens (a fixed seed), cut at the first, the
+    middle and the last position. ``passed`` is False for a model that looks at future
+    tokens; ``max_abs_diff`` is the largest change seen before a cut.
     """
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, vocab_size, (2, seq_len), generator=generator)
+    vocab_size = tokenizer.get_vocab_size()
+    rows, length = max(1, int(batch_size)), max(2, int(seq_len))
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab_size, (rows, length), generator=generator)
+    was_training = getattr(model, "training", False)
     model.eval()
     worst = 0.0
     with torch.no_grad():
         base = model(x.to(device)).float().cpu()
-        for cut in sorted({1, seq_len // 2, seq_len - 1}):
-            if cut < 1 or cut >= seq_len:
-                continue
+        for cut in sorted({1, length // 2, length - 1}):
             changed = x.clone()
-            changed[:, cut:] = (x[:, cut:] + 1 + torch.randint(0, vocab_size - 1, x[:, cut:].shape, generator=generator)) % vocab_size
+            shift = 1 + torch.randint(0, vocab_size - 1, x[:, cut:].shape, generator=generator)
+            changed[:, cut:] = (x[:, cut:] + shift) % vocab_size
             other = model(changed.to(device)).float().cpu()
             worst = max(worst, float((base[:, :cut] - other[:, :cut]).abs().max()))
+    if was_training:
+        model.train()
     tolerance = 1e-5 * max(1.0, float(base.abs().max()))
     return {"passed": worst <= tolerance, "max_abs_diff": worst}
 
@@ -1237,11 +1248,14 @@ _step_log_started: set[str] = set()
 
 
 def _step_log_path(path: str | os.PathLike[str] | None = None) -> Path:
-    return Path(path or os.environ.get("TRNF_STEP_LOG") or "step_boundaries.jsonl")
+    """``path``, else ``$NEURON_COMPETITION_R1_STEP_LOG`` (the official runner's), else
+    ``$TRNF_STEP_LOG``, else ``./step_boundaries.jsonl``."""
+    chosen = path or os.environ.get(STEP_LOG_ENV) or os.environ.get("TRNF_STEP_LOG")
+    return Path(chosen or "step_boundaries.jsonl")
 
 
 def record_step_boundary(step: int) -> None:
-    """Rank 0 appends ``{"step", "time"}`` when ``step`` optimizer steps have completed.
+    """Rank 0 appends ``{"step", "time"}`` after the optimizer step with 0-based index ``step``.
 
     The first call of a process appends a header line with the process start time; the
     budget clock reads the last such segment, so a rerun never mixes with an old log.
@@ -1267,11 +1281,12 @@ def budget_accounting(
     steps_excluded: int = TRAIN_STARTUP_STEPS_EXCLUDED,
     cap: float = TRAIN_STARTUP_ALLOWANCE_CAP_SECONDS,
 ) -> dict[str, Any]:
-    """The organisers' clock over the last run in a step log.
+    """The organisers' clock over the last run in a step log (0-based step indexes).
 
-    startup = time from process start to the boundary of step ``steps_excluded`` (all of
-    the run when it has fewer steps); at most ``cap`` of it is excluded; charged = (last
-    boundary - start) - excluded.
+    startup = time from process start to the boundary of step index ``steps_excluded - 1``
+    (steps 0-4 are startup: the clock starts when index 4 completes; all of the run when
+    it has fewer steps); at most ``cap`` of it is excluded; charged = (last boundary -
+    start) - excluded. ``steps`` = last index + 1, the number of completed steps.
     """
     log = _step_log_path(path)
     try:
@@ -1286,13 +1301,13 @@ def budget_accounting(
     start = float(records[headers[-1]]["start_time"])
     boundaries = [(int(r["step"]), float(r["time"])) for r in records[headers[-1] + 1:]]
     last = boundaries[-1][1] if boundaries else start
-    after = [t for step, t in boundaries if step >= steps_excluded]
+    after = [t for step, t in boundaries if step >= steps_excluded - 1]
     startup = (after[0] if after else last) - start
     excluded = min(startup, cap)
     charged = (last - start) - excluded
     return {
         "start_time": start,
-        "steps": boundaries[-1][0] if boundaries else 0,
+        "steps": boundaries[-1][0] + 1 if boundaries else 0,
         "total_seconds": last - start,
         "startup_seconds": startup,
         "excluded_seconds": excluded,

@@ -18,11 +18,11 @@ def test_record_step_boundary_writes_a_header_then_steps(prepare_module, tmp_pat
     monkeypatch.setenv("TRNF_STEP_LOG", str(log))
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
-    for step in (1, 2, 3):
+    for step in (0, 1, 2):
         prepare_module.record_step_boundary(step)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert records[0]["header"] is True and records[0]["start_time"] == prepare_module.PROCESS_START_TIME
-    assert [r["step"] for r in records[1:]] == [1, 2, 3]
+    assert [r["step"] for r in records[1:]] == [0, 1, 2]
     times = [r["time"] for r in records[1:]]
     assert times == sorted(times) and times[0] >= prepare_module.PROCESS_START_TIME
     assert prepare_module.budget_accounting(log)["steps"] == 3
@@ -41,7 +41,7 @@ def test_only_rank_zero_records(prepare_module, tmp_path, monkeypatch) -> None:
 def test_accounting_excludes_startup_up_to_the_cap(prepare_module, tmp_path) -> None:
     log = tmp_path / "steps.jsonl"
     start = 1000.0
-    boundaries = [(step, start + 40.0 + 2.0 * step) for step in range(1, 101)]  # startup ends at step 5
+    boundaries = [(step, start + 40.0 + 2.0 * step) for step in range(100)]  # startup ends at index 4
     write_log(log, start, boundaries)
     result = prepare_module.budget_accounting(log)
     startup = boundaries[4][1] - start
@@ -59,7 +59,7 @@ def test_accounting_excludes_startup_up_to_the_cap(prepare_module, tmp_path) -> 
 
 def test_fewer_steps_than_excluded_is_all_startup(prepare_module, tmp_path) -> None:
     log = tmp_path / "steps.jsonl"
-    write_log(log, 0.0, [(1, 100.0), (2, 150.0), (3, 1000.0)])
+    write_log(log, 0.0, [(0, 100.0), (1, 150.0), (2, 1000.0)])
     result = prepare_module.budget_accounting(log)
     cap = prepare_module.TRAIN_STARTUP_ALLOWANCE_CAP_SECONDS
     assert result["startup_seconds"] == 1000.0
@@ -68,9 +68,9 @@ def test_fewer_steps_than_excluded_is_all_startup(prepare_module, tmp_path) -> N
 
 def test_accounting_reads_the_last_run_in_the_log(prepare_module, tmp_path) -> None:
     log = tmp_path / "steps.jsonl"
-    write_log(log, 0.0, [(s, 10.0 * s) for s in range(1, 20)])
+    write_log(log, 0.0, [(s, 10.0 * (s + 1)) for s in range(19)])
     older = log.read_text()
-    write_log(log, 500.0, [(s, 500.0 + s) for s in range(1, 8)])
+    write_log(log, 500.0, [(s, 500.0 + s + 1) for s in range(7)])
     log.write_text(older + log.read_text())
     result = prepare_module.budget_accounting(log)
     assert result["start_time"] == 500.0 and result["steps"] == 7

@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,9 @@ def test_zero_logits_give_log2_vocab_per_counted_byte(tokenizer, sample_home, pr
     targets = reference_windows(sample_home, SEQ_LEN, MAX_TOKENS)[:, 1:]
     weights = reference_token_bytes(tokenizer)[targets]
     counted, total_bytes = int((weights > 0).sum()), int(weights.sum())
-    assert result["num_tokens"] == counted and result["num_bytes"] == total_bytes
+    # The kit's meaning: num_tokens is every target scored (the requested count), while
+    # num_bytes (and the nats) leave out the 0-byte specials.
+    assert result["num_tokens"] == targets.size == MAX_TOKENS and result["num_bytes"] == total_bytes
     assert result["val_bpb"] == pytest.approx(math.log2(vocab) * counted / total_bytes, rel=1e-6)
     assert result["eval_over_timeout"] is False
 
@@ -67,7 +70,7 @@ def test_special_targets_carry_no_bytes_and_are_excluded(tokenizer, sample_home,
     # Predicting BOS as impossible would cost ~1e4 nats per BOS target if they were counted.
     model = tiny_models.ZeroLogits(vocab, bias={bos: -1e4})
     result = prepare_module.evaluate_bpb(model, tokenizer, 4, seq_len=SEQ_LEN, max_tokens=MAX_TOKENS)
-    assert result["num_tokens"] == targets.size - int((targets >= vocab - 4).sum())
+    assert result["num_tokens"] == targets.size  # every target position counts, specials included
     weights = reference_token_bytes(tokenizer)[targets]
     assert result["val_bpb"] == pytest.approx(math.log2(vocab - 1) * (weights > 0).sum() / weights.sum(), rel=1e-6)
 
@@ -109,6 +112,7 @@ def test_timeout_stops_and_says_so(tokenizer, prepare_module, tiny_models) -> No
     result = prepare_module.evaluate_bpb(tiny_models.ZeroLogits(tokenizer.get_vocab_size()), tokenizer, 4,
                                          seq_len=SEQ_LEN, max_tokens=MAX_TOKENS, timeout_seconds=-1)
     assert result["eval_over_timeout"] is True and result["num_tokens"] == 0
+    assert result["eval_timeout"] == -1
 
 
 def test_evaluate_restores_training_mode_and_uses_no_grad(tokenizer, prepare_module, tiny_models) -> None:
@@ -122,8 +126,9 @@ def test_evaluate_restores_training_mode_and_uses_no_grad(tokenizer, prepare_mod
 
 
 def test_causality_check_passes_a_causal_model_and_flags_a_peeking_one(prepare_module, tiny_models) -> None:
-    causal = prepare_module.causality_check(tiny_models.RandomLogits(512), vocab_size=512, seq_len=32)
-    peeking = prepare_module.causality_check(tiny_models.RandomLogits(512, peek=True), vocab_size=512, seq_len=32)
+    tokenizer = types.SimpleNamespace(get_vocab_size=lambda: 512)  # the check reads only the vocabulary size
+    causal = prepare_module.causality_check(tiny_models.RandomLogits(512), tokenizer, 2, 32, "cpu")
+    peeking = prepare_module.causality_check(tiny_models.RandomLogits(512, peek=True), tokenizer, 2, 32, "cpu")
     assert causal == {"passed": True, "max_abs_diff": 0.0}
     assert peeking["passed"] is False and peeking["max_abs_diff"] > 0
 

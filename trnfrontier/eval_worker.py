@@ -37,8 +37,8 @@ import torch
 
 from trnfrontier.errors import TrnfError
 from trnfrontier.eval_spec import WorkerSpec
-from trnfrontier.trusted_prepare import load_contract
 from trnfrontier.runtime import prepare_calls
+from trnfrontier.trusted_prepare import load_contract
 
 # Tolerances for the batch-independence check, relative to the logits' magnitude. A row
 # evaluated alone and inside a batch may legitimately differ by matmul blocking order

@@ -28,6 +28,7 @@ from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
 from trnfrontier.runtime.rundir import RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
 from trnfrontier.runtime.prepare_calls import constant, missing_names
+from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
 # load, the two checks and interpreter start-up. evaluate_bpb itself stops at the timeout.

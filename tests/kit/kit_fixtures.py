@@ -93,7 +93,7 @@ def load_for_eval(checkpoint_path, device):
         if MODE == "crash" and rank == 1 and step == 2:
             raise RuntimeError("injected failure on rank 1 at step 2")
         if MODE != "nolog":
-            record_step_boundary(step)
+            record_step_boundary(step - 1)  # the kit passes the 0-based index
         print(f"step {{step}} | loss {{loss.item():.4f}} | lr 0.003 | rank {{rank}}", flush=True)
     if MODE == "overbudget" and rank == 0:
         import json, time

@@ -46,7 +46,7 @@ def test_good_script_passes_every_stage_on_two_ranks(sample_home: Path, tmp_path
     assert document["passed"] is True
     stages = {s["name"]: s for s in document["stages"]}
     assert all(s["passed"] for s in stages.values())
-    assert "step log reached step 3" in stages["steps"]["detail"]
+    assert "step log recorded 3 steps" in stages["steps"]["detail"]
     assert "rank 0: 3, rank 1: 3" in stages["steps"]["detail"]  # each rank's own log shows its steps
     assert "out/final.pt" in stages["load_for_eval"]["detail"]
     # It ran on a copy: the team's directory got no checkpoint from the dry run.

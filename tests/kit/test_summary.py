@@ -18,7 +18,7 @@ def _step_log(path: Path, start: float, times: list[float], stale: bool = False)
     if stale:  # an earlier process's segment: the accounting reads the last one only
         lines += [{"header": True, "start_time": 0.0, "pid": 1}, {"step": 1, "time": 5000.0}]
     lines.append({"header": True, "start_time": start, "pid": 2})
-    lines += [{"step": i + 1, "time": t} for i, t in enumerate(times)]
+    lines += [{"step": i, "time": t} for i, t in enumerate(times)]  # 0-based, as the kit records
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -30,9 +30,10 @@ def test_charged_per_step_follows_the_organisers_rule(tmp_path: Path, prepare_mo
     assert how == "prepare.budget_accounting"
     assert accounting == prepare_module.budget_accounting(str(log))
     charged = summary.charged_by_step(log, accounting)
-    assert charged[1] == pytest.approx(0.0) and charged[4] == pytest.approx(0.0)
-    assert charged[5] == pytest.approx(100.0)
-    assert charged[7] == pytest.approx(accounting["charged_seconds"]) == pytest.approx(120.0)
+    assert charged[0] == pytest.approx(0.0) and charged[3] == pytest.approx(0.0)
+    assert charged[4] == pytest.approx(100.0)  # index 4 ends startup: the clock starts there
+    assert charged[6] == pytest.approx(accounting["charged_seconds"]) == pytest.approx(120.0)
+    assert accounting["steps"] == 7
 
 
 def test_missing_or_broken_step_log_says_why(tmp_path: Path, prepare_module: ModuleType) -> None:

@@ -202,7 +202,7 @@ def test_matches_prepare_budget_accounting_exactly(
         cap,
         2.0,
         time_fn=t,
-        on_boundary=prepare_module.record_step_boundary,
+        on_boundary=lambda completed: prepare_module.record_step_boundary(completed - 1),  # 0-based, as the trainer
         start_time=prepare_module.PROCESS_START_TIME,
     )
     rng = random.Random(excluded)

@@ -145,7 +145,7 @@ def tiny_state(seed: int = 0, n_embd: int = 16) -> dict[str, torch.Tensor]:
 
 def step_log(times: list[float], start: float = 1000.0) -> str:
     """prepare.record_step_boundary's format: a header with the process start, then boundaries."""
-    lines = [{"header": True, "start_time": start, "pid": 1}] + [{"step": i + 1, "time": start + t} for i, t in enumerate(times)]
+    lines = [{"header": True, "start_time": start, "pid": 1}] + [{"step": i, "time": start + t} for i, t in enumerate(times)]
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 

@@ -172,11 +172,12 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
                   else why if (crashed or outcome.timed_out) else "no step boundary recorded: train.py never called prepare.record_step_boundary()")
         report.add("start", False, detail)
         return report.skip_rest()
-    report.add("start", True, f"{nproc} rank(s) launched (gloo, CPU, {how}), first boundary at step {boundaries[0][0]}")
+    report.add("start", True, f"{nproc} rank(s) launched (gloo, CPU, {how}), first boundary at step index {boundaries[0][0]}")
     if crashed or outcome.timed_out:
         report.add("steps", False, why)
         return report.skip_rest()
-    report.add("steps", True, f"all {nproc} rank(s) exited 0; step log reached step {boundaries[-1][0]} "
+    # record_step_boundary takes the 0-based index: the last index + 1 steps completed.
+    report.add("steps", True, f"all {nproc} rank(s) exited 0; step log recorded {boundaries[-1][0] + 1} steps "
                                f"({DRY_RUN_STEPS_ENV}={steps}); step lines printed: {_rank_steps(rank_logs)}")
 
     checkpoint = find_checkpoint(run_dir)

@@ -58,7 +58,7 @@ from trnfrontier.runtime.rundir import (
 from trnfrontier.runtime.trainer import versions
 from trnfrontier.trusted_prepare import TrustedContract, load_contract
 from trnfrontier.verify.budget import account_log
-from trnfrontier.verify.dryrun import KIT_CHECKPOINT
+from trnfrontier.verify.dryrun import KIT_CHECKPOINT, KIT_STEP_LOG_ENV
 from trnfrontier.verify.launch import LNC_CHOICES, NPROC_CHOICES
 
 # Where a kit script's checkpoint is looked for, relative to its directory: the kit's
@@ -177,7 +177,7 @@ def _tokenizer_sha256(prepare: Any) -> str | None:
 
 
 def _environment_record(plan: launch.LaunchPlan) -> dict[str, str]:
-    keys = ("NEURON_LOGICAL_NC_CONFIG", "TRNF_STEP_LOG", "PYTHONPATH", "PYTHONUNBUFFERED", "TRNF_HOME", "TRNF_DATASET", "TRNF_PREPARE")
+    keys = ("NEURON_LOGICAL_NC_CONFIG", "TRNF_STEP_LOG", KIT_STEP_LOG_ENV, "PYTHONPATH", "PYTHONUNBUFFERED", "TRNF_HOME", "TRNF_DATASET", "TRNF_PREPARE")
     return {k: plan.env[k] for k in keys if k in plan.env}
 
 
@@ -212,6 +212,7 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
 
     env = child_env(os.environ)
     env[STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)
+    env[KIT_STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)  # the organisers' prepare.py reads this one
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(run_dir / "contract"), env.get("PYTHONPATH", "")) if p)
     plan = launch.torchrun_plan(
         python=sys.executable, script=script, nproc=options.nproc, lnc=options.lnc, args=options.args,

@@ -6,8 +6,9 @@ reading of a step-boundary log when the trusted prepare.py has no ``budget_accou
 (verify, package, kit runs). The numbers default to the competition's constants, which a
 prepare.py's ``TRAIN_*`` constants override where they exist::
 
-    startup  = t[first boundary with step >= steps_excluded] - start_time
-               (all of the run when it has fewer steps)
+    startup  = t[first boundary with step >= steps_excluded - 1] - start_time
+               (steps are the kit's 0-based indexes: steps 0-4 are startup, the clock
+               starts when index 4 completes; all of the run when it has fewer steps)
     excluded = min(startup, cap)          # startup beyond the cap is charged
     charged  = (t[last boundary] - start_time) - excluded
     over_budget = charged > budget
@@ -51,13 +52,13 @@ def account(
     """The rule above over one run's ``(step, time)`` boundaries, with the keys
     ``prepare.budget_accounting`` returns."""
     last = boundaries[-1][1] if boundaries else start
-    after = [t for step, t in boundaries if step >= steps_excluded]
+    after = [t for step, t in boundaries if step >= steps_excluded - 1]
     startup = (after[0] if after else last) - start
     excluded = excluded_startup(startup, cap)
     charged = (last - start) - excluded
     return {
         "start_time": start,
-        "steps": boundaries[-1][0] if boundaries else 0,
+        "steps": boundaries[-1][0] + 1 if boundaries else 0,  # completed steps
         "total_seconds": last - start,
         "startup_seconds": startup,
         "excluded_seconds": excluded,

@@ -210,15 +210,18 @@ def evaluate_bpb(
     seq_len: int,
     device: Any,
     *,
-    split: str = "public_val",
+    split: str | None = None,
     max_tokens: int | None = None,
     timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """The kit's call: five positional arguments, then the evidenced keywords when accepted.
+    """The kit's call: five positional arguments, then the evidenced keywords (split,
+    max_tokens, timeout_seconds) when given and accepted.
 
     The result is prepare.py's dict as it returned it (plus ``dropped_keywords`` when a
     keyword had to be left out, so a caller can say the request was not honoured)."""
-    optional: dict[str, Any] = {"split": split}
+    # No split literal here: this file ships in submissions, and the static screen refuses
+    # naming the validation split outside a call to evaluate_bpb. None: prepare.py's default.
+    optional: dict[str, Any] = {} if split is None else {"split": split}
     if max_tokens is not None:
         optional["max_tokens"] = int(max_tokens)
     if timeout_seconds is not None:

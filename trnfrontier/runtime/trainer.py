@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.runtime import compiling, devices, distributed, runlock
+from trnfrontier.runtime import compiling, devices, distributed, prepare_calls, runlock
 from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
@@ -319,13 +319,16 @@ class Trainer:
                 {"rank": self.info.rank + world * m, "world_size": world * self.accum}
                 for m in range(self.accum)
             ]
+        # Positional as the kit calls it; resume_state / rank / world_size only when this
+        # prepare.py's signature takes them (the organisers' takes none of them).
         return [
-            make(
+            prepare_calls.make_dataloader(
+                self.prepare,
                 self.tokenizer,
                 self.batch_size,
                 self.seq_len,
                 "train",
-                device=self.device,
+                self.device,
                 resume_state=saved[i] if saved else None,
                 **sharding,
             )
@@ -395,7 +398,9 @@ class Trainer:
             b.startup_allowance_cap_seconds,
             b.checkpoint_reserve_seconds,
             time_fn=self.time_fn,
-            on_boundary=self.prepare.record_step_boundary,
+            # The clock counts completed steps from 1; prepare.py takes the 0-based index
+            # of the step just completed (the kit's call: record_step_boundary(step)).
+            on_boundary=lambda completed: prepare_calls.record_step_boundary(self.prepare, completed - 1),
             start_time=self.start_time
             or getattr(self.prepare, "PROCESS_START_TIME", None)
             or process_start_time(),
@@ -629,13 +634,14 @@ def recipe_evaluate_bpb(
     """The trusted ``evaluate_bpb`` with the recipe's ``eval`` batch size, context and
     token count. A name of its own, not ``evaluate_bpb``: screens treat calls by that name
     as the trusted scorer."""
-    return prepare.evaluate_bpb(
+    return prepare_calls.evaluate_bpb(
+        prepare,
         model,
         tokenizer,
-        eval_cfg.batch_size,
-        seq_len=eval_cfg.seq_len,
-        device=device,
-        max_tokens=eval_cfg.tokens,
+        int(eval_cfg.batch_size),
+        int(eval_cfg.seq_len),
+        device,
+        max_tokens=int(eval_cfg.tokens),
     )
 
 

@@ -5,7 +5,7 @@ organisers' own arithmetic is the spec. Without it (an older or foreign prepare.
 documented formula (``trnfrontier.runtime.budget_rule``) is applied to the same log format::
 
     {"header": true, "start_time": <process start, s>, "pid": ...}   one per process; the last one counts
-    {"step": <steps completed>, "time": <s>}                          one per recorded boundary
+    {"step": <0-based index of the step completed>, "time": <s>}       one per recorded boundary
 """
 
 from __future__ import annotations

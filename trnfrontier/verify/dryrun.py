@@ -28,6 +28,7 @@ loaded through ``load_for_eval`` by the probe, in the same clean environment.
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import os
 import re
 import shutil
 import subprocess
@@ -51,6 +52,24 @@ KIT_CHECKPOINT = Path(KIT_OUT_DIR) / KIT_FILE
 STEP_LOG = STEP_LOG_FILE
 # Where the organisers' prepare.py keeps data and tokenizer (KIT-CONTRACT).
 KIT_CACHE_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
+KIT_ENV_PREFIX = "NEURON_COMPETITION_R1_"
+KIT_STEP_LOG_ENV = "NEURON_COMPETITION_R1_STEP_LOG"
+
+
+def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = None) -> dict[str, str]:
+    """The NEURON_COMPETITION_R1_* part of a dry run's environment.
+
+    The team's own settings are forwarded; the kit's train.py is stopped with its own knob
+    (NUM_STEPS), its in-process public eval and torch.compile(backend="neuron") are off
+    unless the team set them (a CPU dry run cannot compile for Neuron, and 2M eval tokens
+    would take longer than the run), and the step log goes where trnf reads it."""
+    source = os.environ if parent is None else parent
+    env = {k: v for k, v in source.items() if k.startswith(KIT_ENV_PREFIX)}
+    env[f"{KIT_ENV_PREFIX}NUM_STEPS"] = str(steps)
+    env.setdefault(f"{KIT_ENV_PREFIX}EVAL_PUBLIC", "0")
+    env.setdefault(f"{KIT_ENV_PREFIX}COMPILE", "0")
+    env[KIT_STEP_LOG_ENV] = str(step_log)
+    return env
 
 
 @dataclass
@@ -140,6 +159,9 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
         "TRNF_DIST_BACKEND": "gloo",
         STEP_LOG_ENV: str(run_dir / STEP_LOG),
     }
+    # The kit's knobs and step log; its data comes through NEURON_COMPETITION_R1_CACHE_DIR
+    # (bound read-only in the jail, see data_paths).
+    env.update(kit_dry_run_env(steps, run_dir / STEP_LOG))
     # The data a train.py reads comes through prepare.py, which finds it through TRNF_HOME:
     # forwarded even when unset here, since HOME above is not the user's (child_env).
     return child_env(env)
