@@ -7,9 +7,19 @@ imported lazily so that ``python prepare.py --help`` and ``import prepare`` are 
 Command line:
 
     python prepare.py setup [--source climbmix|local|sample] [--path DIR] [--num-train-shards N]
-    python prepare.py eval-public --train-py PATH --checkpoint PATH [--tokens N] [--batch-size N] [--device cpu]
+                            [--build-tokenizer-if-missing]
+    python prepare.py eval-public --train-py PATH --checkpoint PATH [--tokens N] [--seq-len N]
+                                  [--batch-size N] [--device cpu]
 
-Data layout under ``$TRNF_HOME`` (default ``~/.cache/trnfrontier``)::
+The surface a train.py may use is the organisers' (KIT-CONTRACT.md): the constants,
+``Tokenizer``, ``ensure_tokenizer``, ``get_token_bytes``, ``get_dist_info``, ``print0``,
+``make_dataloader``, ``_document_batches``, ``_row_groups_for_split``,
+``record_step_boundary`` (0-based step index; ``$NEURON_COMPETITION_R1_STEP_LOG``),
+``causality_check`` and ``evaluate_bpb``, with their signatures. The other names here are
+what the trnf tool uses from its own copy; it never requires them from another prepare.py.
+
+Data layout under ``$NEURON_COMPETITION_R1_CACHE_DIR``, else ``$TRNF_HOME`` (default
+``~/.cache/trnfrontier``)::
 
     active                          the dataset name used when TRNF_DATASET is unset
     datasets/<name>/shards/*.parquet    source text (`text` column)
@@ -84,8 +94,9 @@ class PrepareError(Exception):
 
 
 def trnf_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """The data/cache root: ``home``, else ``$TRNF_HOME``, else ``~/.cache/trnfrontier``."""
-    chosen = home or os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier"
+    """The data/cache root: ``home``, else ``$NEURON_COMPETITION_R1_CACHE_DIR`` (the kit's),
+    else ``$TRNF_HOME``, else ``~/.cache/trnfrontier``."""
+    chosen = home or os.environ.get(CACHE_DIR_ENV) or os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier"
     return Path(chosen).expanduser().resolve()
 
 
@@ -230,13 +241,13 @@ class Tokenizer:
     def encode_special(self, text: str) -> int:
         return self.enc.encode_single_token(text)
 
-    def encode(self, text: str | list[str], prepend: int | str | None = None, num_threads: int = 8) -> Any:
-        """Ids of ``text`` (a list of lists for a list), special tokens treated as plain text."""
+    def encode(self, docs: str | list[str], prepend: int | str | None = None, num_threads: int = 8) -> Any:
+        """Ids of ``docs`` (a list of lists for a list), special tokens treated as plain text."""
         first = self.encode_special(prepend) if isinstance(prepend, str) else prepend
-        if isinstance(text, str):
-            ids = self.enc.encode_ordinary(text)
+        if isinstance(docs, str):
+            ids = self.enc.encode_ordinary(docs)
             return [first, *ids] if first is not None else ids
-        batch = self.enc.encode_ordinary_batch(list(text), num_threads=num_threads)
+        batch = self.enc.encode_ordinary_batch(list(docs), num_threads=num_threads)
         if first is not None:
             batch = [[first, *ids] for ids in batch]
         return batch
@@ -946,6 +957,58 @@ def _split_name(split: str) -> str:
     raise PrepareError(f"split '{split}': unknown; use 'train' or 'public_val' ('val' is an alias)")
 
 
+def _split_shards(split: str) -> list[Path]:
+    """The selected dataset's parquet shards of a split, in manifest order."""
+    directory = dataset_dir()
+    role = _split_name(split)
+    shards = [directory / entry["path"] for entry in load_manifest(directory)["shards"] if entry["role"] == role]
+    if not shards:
+        raise PrepareError(f"dataset {directory.name} has no {role} shards; rerun setup")
+    return shards
+
+
+def _shard_number(path: Path) -> int:
+    digits = "".join(ch for ch in path.stem.rsplit("_", 1)[-1] if ch.isdigit())
+    return int(digits) if digits else -1
+
+
+def _row_groups_for_split(split: str, start: int, step: int, shard_ids: Iterable[int] | None = None) -> list[tuple[Path, int]]:
+    """The (parquet file, row group) pairs of a split, every ``step``-th from ``start``.
+
+    Ranks read disjoint row groups with ``start=rank, step=world_size``. ``shard_ids``
+    keeps only the shards with those numbers (the digits of ``shard_00012.parquet``).
+    """
+    import pyarrow.parquet as pq
+
+    if step < 1 or start < 0:
+        raise PrepareError(f"start {start} and step {step}: start must be >= 0 and step >= 1")
+    wanted = None if shard_ids is None else {int(i) for i in shard_ids}
+    pairs = []
+    for shard in _split_shards(split):
+        if wanted is not None and _shard_number(shard) not in wanted:
+            continue
+        pairs.extend((shard, group) for group in range(pq.ParquetFile(shard).num_row_groups))
+    return pairs[start::step]
+
+
+def _document_batches(split: str, start: int, step: int, tokenizer_batch_size: int = 128,
+                      shard_ids: Iterable[int] | None = None) -> Iterator[tuple[list[str], int]]:
+    """Yield ``(list_of_document_strings, epoch)`` forever: the split's row groups from
+    ``_row_groups_for_split``, in batches of ``tokenizer_batch_size``; epoch counts from 1."""
+    import pyarrow.parquet as pq
+
+    groups = _row_groups_for_split(split, start, step, shard_ids)
+    if not groups:
+        raise PrepareError(f"split '{split}' has no row groups for start {start}, step {step}")
+    epoch = 1
+    while True:
+        for shard, group in groups:
+            texts = pq.ParquetFile(shard).read_row_group(group, columns=["text"]).column("text").to_pylist()
+            for first in range(0, len(texts), tokenizer_batch_size):
+                yield texts[first:first + tokenizer_batch_size], epoch
+        epoch += 1
+
+
 def _token_arrays(split: str, tokenizer: Tokenizer | None = None) -> list[Any]:
     """Memory-mapped uint16 token files of a split of the selected dataset."""
     import numpy as np
@@ -1334,6 +1397,9 @@ def _load_train_module(train_py: Path) -> Any:
     if spec is None or spec.loader is None:
         raise PrepareError(f"--train-py {train_py}: cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: a top-level @dataclass under `from __future__ import
+    # annotations` looks its module up in sys.modules while the class is created.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     if not callable(getattr(module, "load_for_eval", None)):
         raise PrepareError(f"{train_py} defines no load_for_eval(checkpoint_path, device)")
@@ -1349,10 +1415,9 @@ def eval_public(train_py: str, checkpoint: str, *, tokens: int = EVAL_TOKENS_PUB
     module = _load_train_module(Path(train_py).resolve())
     tokenizer = ensure_tokenizer()
     model = module.load_for_eval(str(checkpoint_path), device)
-    result = evaluate_bpb(model, tokenizer, batch_size, seq_len=seq_len, device=device, max_tokens=tokens)
-    result.update({"split": "public_val", "seq_len": seq_len, "dataset": dataset_dir().name,
-                   "tokenizer_sha256": tokenizer.sha256, "prepare_sha256": _sha256(Path(__file__))})
-    return result
+    # Exactly evaluate_bpb's seven keys, as the organisers' eval-public prints them.
+    return evaluate_bpb(model, tokenizer, batch_size, seq_len, device, split="public_val", max_tokens=tokens,
+                        timeout_seconds=EVAL_TIMEOUT_SECONDS)
 
 
 def _print_progress(stage: str, done: int, total: int | None, unit: str) -> None:
@@ -1376,10 +1441,14 @@ def main(argv: list[str] | None = None) -> int:
     p_setup.add_argument("--source", choices=SOURCES, default="climbmix")
     p_setup.add_argument("--path", default=None, help="folder of .parquet/.jsonl/.txt files (--source local)")
     p_setup.add_argument("--num-train-shards", type=int, default=DEFAULT_NUM_TRAIN_SHARDS)
+    # The kit's flag. This project ships no pinned tokenizer artifact (its tokenizer is
+    # trained from the prepared text, see docs/kit-contract.md), so setup always builds one.
+    p_setup.add_argument("--build-tokenizer-if-missing", action="store_true",
+                         help="accepted for the organisers' command line; the tokenizer is built by setup")
     p_eval = commands.add_parser("eval-public", help="evaluate a submission's checkpoint on the public split")
     p_eval.add_argument("--train-py", required=True)
     p_eval.add_argument("--checkpoint", required=True)
-    p_eval.add_argument("--tokens", type=int, default=EVAL_TOKENS_PUBLIC)
+    p_eval.add_argument("--tokens", "--eval-tokens", dest="tokens", type=int, default=EVAL_TOKENS_PUBLIC)
     p_eval.add_argument("--batch-size", type=int, default=8)
     p_eval.add_argument("--seq-len", type=int, default=EVAL_SEQ_LEN)
     p_eval.add_argument("--device", default="cpu")
@@ -1390,13 +1459,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = eval_public(args.train_py, args.checkpoint, tokens=args.tokens, batch_size=args.batch_size,
                                  seq_len=args.seq_len, device=args.device)
+            # What was scored with, for the record (stdout carries only the result, as the kit's).
+            sys.stderr.write(f"prepare.py: dataset {dataset_dir().name}, tokenizer SHA256 {tokenizer_sha256()}, "
+                             f"prepare.py SHA256 {_sha256(Path(__file__))}\n")
     except PrepareError as exc:
         sys.stderr.write(f"prepare.py: error: {exc}\n")
         return 1
     except KeyboardInterrupt:
         sys.stderr.write("prepare.py: interrupted; partial files were left as *.partial and are not trusted\n")
         return 130
-    print(json.dumps(result, sort_keys=True))
+    print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 
 

@@ -62,12 +62,53 @@ def test_eval_public_round_trip(prepare_module, sample_home, tiny_models, tmp_pa
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
     expected = prepare_module.evaluate_bpb(model, prepare_module.ensure_tokenizer(), 5, seq_len=64, max_tokens=1024)
+    # Exactly the organisers' seven keys on stdout; what it was scored with goes to stderr.
+    assert set(result) == {"val_bpb", "total_nats", "num_tokens", "num_bytes", "eval_seconds", "eval_timeout", "eval_over_timeout"}
     assert result["val_bpb"] == pytest.approx(expected["val_bpb"], rel=1e-12)
-    assert result["num_tokens"] == expected["num_tokens"] and result["num_bytes"] == expected["num_bytes"]
-    assert result["tokenizer_sha256"] == prepare_module.tokenizer_sha256()
+    assert result["num_tokens"] == expected["num_tokens"] == 1024 and result["num_bytes"] == expected["num_bytes"]
+    assert result["eval_timeout"] == prepare_module.EVAL_TIMEOUT_SECONDS and result["eval_over_timeout"] is False
     from trnfrontier.runtime.prepare_loader import sha256_file
 
-    assert result["prepare_sha256"] == sha256_file(prepare_module.__file__)
+    assert prepare_module.tokenizer_sha256() in completed.stderr
+    assert sha256_file(prepare_module.__file__) in completed.stderr
+
+
+DATACLASS_TRAIN_PY = '''
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Config:
+    vocab_size: int
+
+
+class Model(torch.nn.Module):
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.bias.expand(*idx.shape, -1)
+
+
+def load_for_eval(checkpoint_path: str, device) -> Model:
+    return Model(Config(8192)).to(device).eval()
+'''
+
+
+def test_eval_public_imports_a_future_annotations_dataclass_train_py(prepare_module, sample_home, tmp_path) -> None:
+    """A top-level @dataclass under `from __future__ import annotations` needs its module in
+    sys.modules while it is created (the real team file and trnf's --single-file archive)."""
+    train_py = tmp_path / "train.py"
+    train_py.write_text(DATACLASS_TRAIN_PY)
+    completed = run_prepare(prepare_module, "eval-public", "--train-py", str(train_py), "--checkpoint", str(train_py),
+                            "--tokens", "128", "--seq-len", "32", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["num_tokens"] == 128
 
 
 @pytest.mark.parametrize(

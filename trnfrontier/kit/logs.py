@@ -90,6 +90,8 @@ class PrintedRun:
 
     records: list[dict[str, Any]] = field(default_factory=list)
     params: int | None = None
+    # The kit's closing block: a line `---`, then `key: value` lines (public_val_bpb, ...).
+    block: dict[str, Any] = field(default_factory=dict)
 
     def last(self, name: str) -> Any:
         for record in reversed(self.records):
@@ -120,7 +122,38 @@ def read_printed(paths: Iterable[Path]) -> PrintedRun:
             records[-1].update({k: v for k, v in record.items() if k not in records[-1]})
         else:
             records.append(record)
-    return PrintedRun(records=records, params=parse_params(lines))
+    return PrintedRun(records=records, params=parse_params(lines), block=parse_summary_block(lines))
+
+
+def _value(text: str) -> Any:
+    """A summary value as the kit prints it: a number, True/False, else the text."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text.replace(",", ""))
+    except ValueError:
+        pass
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return text
+
+
+def parse_summary_block(lines: Iterable[str]) -> dict[str, Any]:
+    """The last `---` block rank 0 printed: ``key: value`` lines after a line ``---``
+    (checkpoint_path, training_seconds, num_steps, public_val_bpb, eval_seconds, ...)."""
+    block: dict[str, Any] | None = None
+    for raw in lines:
+        line = strip_prefix(raw).strip()
+        if line == "---":
+            block = {}
+            continue
+        if block is None:
+            continue
+        key, sep, value = line.partition(":")
+        if sep and re.fullmatch(r"[A-Za-z_]\w*", key.strip()):
+            block[key.strip()] = _value(value.strip())
+    return block or {}
 
 
 # ---------------------------------------------------------------------------- per-rank logs

@@ -58,5 +58,7 @@ def printed_fields(printed: PrintedRun) -> dict[str, Any]:
         "mfu": printed.last("mfu"),
         "tokens": printed.last("tokens"),
         "params": printed.params,
-        "reported_val_bpb": printed.last("val_bpb"),
+        # A step line's val_bpb, else the kit's closing block (its in-process public eval).
+        "reported_val_bpb": printed.last("val_bpb") if printed.last("val_bpb") is not None
+        else printed.block.get("public_val_bpb"),
     }

@@ -304,6 +304,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "failed_rank": failed_rank,
         "wall_seconds": seen.outcome.seconds,
         "diverged_step": printed.non_finite_loss_step(),
+        "kit_summary": printed.block,  # the `---` block train.py printed (public_val_bpb, num_steps, ...)
     }
     if accounting and document["budget_seconds"] is None:  # a budget_accounting that omits it
         document["budget_seconds"] = budget_rule.budget_of(contract.module)[0]
