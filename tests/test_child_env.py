@@ -39,3 +39,23 @@ def test_the_dry_runs_clean_environment_finds_the_users_default_home(
     env = clean_environ(tmp_path / "work" / "home", 1, 2, 3, tmp_path / "work" / "run")
     assert env["HOME"] == str(tmp_path / "work" / "home")
     assert env["TRNF_HOME"] == str(tmp_path / "user" / ".cache" / "trnfrontier")
+
+
+def test_the_organisers_variables_are_forwarded(tmp_path) -> None:
+    environ = {"NEURON_COMPETITION_R1_CACHE_DIR": str(tmp_path / "kit"), "NEURON_COMPETITION_R1_NUM_STEPS": "3",
+               "TRNF_HOME": str(tmp_path / "trnf"), "UNRELATED": "x"}
+    env = data_env(environ)
+    assert env["NEURON_COMPETITION_R1_CACHE_DIR"] == str(tmp_path / "kit") and env["NEURON_COMPETITION_R1_NUM_STEPS"] == "3"
+    assert env["TRNF_HOME"] == str((tmp_path / "kit").resolve())  # the kit's data root wins, as in prepare.py
+    assert "UNRELATED" not in env
+
+
+
+def test_the_dry_run_forwards_the_kits_knobs_and_stops_it_with_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("NEURON_COMPETITION_R1_CACHE_DIR", str(tmp_path / "kit"))
+    monkeypatch.setenv("NEURON_COMPETITION_R1_EVAL_TOKENS", "4096")
+    env = clean_environ(tmp_path / "work" / "home", 1, 2, 3, tmp_path / "work" / "run")
+    assert env["NEURON_COMPETITION_R1_CACHE_DIR"] == str(tmp_path / "kit")  # where the kit's prepare.py finds its data
+    assert env["NEURON_COMPETITION_R1_NUM_STEPS"] == "3"  # the kit's own step knob stops it
+    assert env["NEURON_COMPETITION_R1_EVAL_PUBLIC"] == "0" and env["NEURON_COMPETITION_R1_EVAL_TOKENS"] == "4096"
+    assert env["NEURON_COMPETITION_R1_STEP_LOG"] == str(tmp_path / "work" / "run" / "step_boundaries.jsonl")

@@ -21,13 +21,17 @@ HOME_ENV = "TRNF_HOME"
 DEFAULT_HOME = "~/.cache/trnfrontier"
 # Forwarded as they are when set: the prepared dataset to read, the trusted prepare.py.
 FORWARDED = ("TRNF_DATASET", "TRNF_PREPARE")
+# The organisers' variables (KIT-CONTRACT.md): their prepare.py's data root and step log,
+# their train.py's flag defaults (NUM_STEPS, EVAL_PUBLIC, ...). All forwarded when set.
+KIT_PREFIX = "NEURON_COMPETITION_R1_"
+KIT_CACHE_DIR_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
 
 
 def data_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The data/cache root this process uses: ``$TRNF_HOME``, else ``~/.cache/trnfrontier``
-    (prepare.py's rule), as an absolute path."""
+    """The data/cache root this process uses: ``$NEURON_COMPETITION_R1_CACHE_DIR``, else
+    ``$TRNF_HOME``, else ``~/.cache/trnfrontier`` (prepare.py's rule), as an absolute path."""
     environ = os.environ if environ is None else environ
-    chosen = environ.get(HOME_ENV) or DEFAULT_HOME
+    chosen = environ.get(KIT_CACHE_DIR_ENV) or environ.get(HOME_ENV) or DEFAULT_HOME
     return Path(chosen).expanduser().resolve()
 
 
@@ -39,6 +43,7 @@ def data_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     for name in FORWARDED:
         if environ.get(name):
             env[name] = environ[name]
+    env.update({k: v for k, v in environ.items() if k.startswith(KIT_PREFIX)})
     return env
 
 

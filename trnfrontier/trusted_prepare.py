@@ -78,3 +78,20 @@ def load_contract() -> TrustedContract:
     except ImportError as exc:
         raise TrnfError(f"{path} cannot be imported: {exc}") from None
     return TrustedContract(module=module, path=path, sha256=sha256_file(path))
+
+
+def tokenizer_artifact(prepare_path: Path) -> Path | None:
+    """The tokenizer artifact shipped beside a prepare.py (the organisers ship theirs,
+    SHA256-pinned, in ``artifacts/``): ``artifacts/tokenizer*.zip`` when there is exactly one."""
+    found = sorted((prepare_path.parent / "artifacts").glob("tokenizer*.zip"))
+    return found[0] if len(found) == 1 else None
+
+
+def tokenizer_sha256_of(prepare_path: Path) -> tuple[str | None, str]:
+    """(SHA256, where it came from) of the tokenizer the prepare.py at ``prepare_path`` uses:
+    its shipped artifact when it has one (the organisers' kit), else None with the reason
+    (the project's prepare.py trains one per dataset: the caller asks the dataset)."""
+    artifact = tokenizer_artifact(prepare_path)
+    if artifact is None:
+        return None, f"no artifacts/tokenizer*.zip beside {prepare_path}"
+    return sha256_file(artifact), f"SHA256 of {artifact}"

@@ -7,10 +7,10 @@ torchrun starts several ranks, ``TRNF_DRY_RUN_STEPS`` (else ``--steps``, default
 steps, ``out/final.pt`` in the kit layout, and ``load_for_eval``. ``mode`` spoils it:
 
 - ``good``: as above.
-- ``crash``: rank 1 raises at step 2 (rank 0 is then stuck in the next all-reduce).
+- ``crash``: rank 1 raises at step index 1, its second (rank 0 is then stuck in the next all-reduce).
 - ``hang``: every rank writes ``pids/rank<R>`` (its pid and a ``sleep`` child's pid),
   then the last rank sleeps forever and the others wait for it in a barrier.
-- ``nan``: the loss becomes NaN from step 3.
+- ``nan``: the loss becomes NaN from step index 2.
 - ``nolog``: never calls record_step_boundary.
 - ``overbudget``: after its steps, rank 0 appends one more boundary 3,000 s in the future
   to the step log, as if the run had taken that long.
@@ -82,29 +82,29 @@ def load_for_eval(checkpoint_path, device):
     tokenizer = ensure_tokenizer()
     loader = make_dataloader(tokenizer, 4, SEQ_LEN, "train")
     print(f"rank {{rank}}/{{world}}: {{sum(p.numel() for p in model.parameters()):,}} parameters", flush=True)
-    for step in range(1, steps + 1):
+    for step in range(steps):  # 0-based, as the kit counts (and prints) its steps
         x, y, _ = next(loader)
         loss = F.cross_entropy(train_model(x).flatten(0, 1), y.flatten())
-        if MODE == "nan" and step >= 3:
+        if MODE == "nan" and step >= 2:
             loss = loss * float("nan")
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()
-        if MODE == "crash" and rank == 1 and step == 2:
+        if MODE == "crash" and rank == 1 and step == 1:
             raise RuntimeError("injected failure on rank 1 at step 2")
         if MODE != "nolog":
-            record_step_boundary(step - 1)  # the kit passes the 0-based index
+            record_step_boundary(step)  # the kit passes the 0-based index
         print(f"step {{step}} | loss {{loss.item():.4f}} | lr 0.003 | rank {{rank}}", flush=True)
     if MODE == "overbudget" and rank == 0:
         import json, time
         with open(os.environ["TRNF_STEP_LOG"], "a") as handle:
-            handle.write(json.dumps({{"step": steps + 1, "time": time.time() + 3000}}) + "\\n")
+            handle.write(json.dumps({{"step": steps, "time": time.time() + 3000}}) + "\\n")
     if rank == 0:
         os.makedirs("out", exist_ok=True)
         torch.save({{"model_state": model.state_dict(), "model_config": CONFIG, "meta": {{"steps": steps}}}}, "out/final.pt")
     result = evaluate_bpb(model.eval(), tokenizer, 2, seq_len=SEQ_LEN, max_tokens=256)  # every rank: it all-reduces
     if rank == 0:
-        print(f"step {{steps}} | val_bpb {{result['val_bpb']:.4f}}", flush=True)
+        print(f"step {{steps - 1}} | val_bpb {{result['val_bpb']:.4f}}", flush=True)
     if is_ddp:
         dist.destroy_process_group()
 

@@ -90,12 +90,12 @@ def test_two_ranks_write_the_run_directory(two_rank_run: tuple[Path, Path, subpr
     assert recorded["cwd"] == str(train_py.parent) and recorded["env"]["TRNF_STEP_LOG"] == str(run_dir / "step_boundaries.jsonl")
     assert (run_dir / "contract" / "prepare.py").read_bytes() == (Path(__file__).resolve().parents[2] / "prepare.py").read_bytes()
     for rank in (0, 1):  # every rank printed its own steps into its own log
-        assert "step 8 | loss" in (run_dir / "logs" / f"rank{rank}.stdout.log").read_text()
+        assert "step 7 | loss" in (run_dir / "logs" / f"rank{rank}.stdout.log").read_text()  # 0-based, as the kit
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert [m["step"] for m in metrics] == list(range(8))
     assert all("loss" in m and "charged_seconds" in m for m in metrics)
     assert metrics[-1]["charged_seconds"] == pytest.approx(summary["charged_seconds"])
-    assert "step 8 | loss" in result.stderr  # live progress
+    assert "step 7 | loss" in result.stderr  # live progress
     assert "trnf eval --train-py" in result.stderr
     # The write-up and the loss curve are in the run directory when the run finishes.
     writeup = (run_dir / "WRITEUP.md").read_text()
@@ -160,7 +160,7 @@ def test_hang_is_killed_at_the_timeout_with_no_process_left(sample_home: Path, t
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "code", "message"), [
-    ("nan", 3, "diverged: loss is NaN/inf at step 3"),
+    ("nan", 3, "diverged: loss is NaN/inf at step 2"),
     ("nolog", 1, "never called prepare.record_step_boundary"),
     ("overbudget", 1, "over budget: charged"),
 ])
@@ -175,7 +175,7 @@ def test_nan_missing_step_log_and_over_budget_fail_the_run(mode: str, code: int,
     assert summary["status"] == ("diverged" if mode == "nan" else "completed")
     assert summary["world_size"] == 1 and summary["final_loss"] is not None
     # The script's own flags went through: 4 steps, and the record says how it was launched.
-    assert "step 4 | loss" in err and "step 5 |" not in err
+    assert "step 3 | loss" in err and "step 4 |" not in err
     assert (run_dir / "launch.txt").read_text().strip().endswith("--nproc_per_node=1 train.py --steps 4")
     assert "not part of a valid submission launch" in err
     if mode == "nolog":

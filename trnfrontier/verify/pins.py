@@ -4,8 +4,9 @@ Pins are configuration, so a team can pin the organisers' copy. In order:
 1. ``trnf verify --pins FILE``;
 2. ``$TRNF_HOME/pins.json`` (``TRNF_HOME`` defaults to ``~/.cache/trnfrontier``);
 3. defaults: the SHA256 of the selected trusted prepare.py (``--prepare`` /
-   ``TRNF_PREPARE`` / the project's) and of the active dataset's
-   ``tokenizer/tokenizer.pkl`` (``TRNF_DATASET`` or ``$TRNF_HOME/active``).
+   ``TRNF_PREPARE`` / the project's) and of its tokenizer: the artifact shipped beside
+   it (``artifacts/tokenizer*.zip``, as the organisers' kit does), else the active
+   dataset's ``tokenizer/tokenizer.pkl`` (``TRNF_DATASET`` or ``$TRNF_HOME/active``).
 
 A pins file is JSON: ``{"prepare_sha256": hex, "tokenizer_sha256": hex}``; either key
 may be absent (then that pin comes from the defaults).
@@ -64,6 +65,14 @@ def _default_prepare() -> Pin:
 
 
 def _default_tokenizer() -> Pin:
+    from trnfrontier.trusted_prepare import selected_prepare_path, tokenizer_sha256_of
+
+    try:  # the selected prepare.py's own pinned artifact (the organisers' kit) comes first
+        shipped, where = tokenizer_sha256_of(selected_prepare_path())
+    except TrnfError:
+        shipped, where = None, ""
+    if shipped is not None:
+        return Pin(shipped, where)
     path = _active_tokenizer()
     if path is None:
         return Pin(None, f"no prepared tokenizer under {trnf_home()} (run `trnf prepare` or pin tokenizer_sha256 in a pins file)")

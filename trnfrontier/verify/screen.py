@@ -39,6 +39,9 @@ FORBIDDEN_OS_CALLS = frozenset(
 VAL_STRINGS = frozenset({"val", "public_val", "validation"})
 VAL_SUBSTRINGS = ("public_val", "shard_06542", "06542")
 VAL_NAMES = frozenset({"VAL_SHARD"})
+# Names of a score, not of data: the kit baseline prints its in-process eval as
+# `public_val_bpb: ...` in its `---` block; the score's name reads no validation text.
+SCORE_NAMES = ("public_val_bpb",)
 # Calls where naming the validation split is the trusted scorer measuring, not training on it.
 _TRUSTED_EVAL_CALLS = frozenset({"evaluate_bpb"})
 
@@ -166,6 +169,8 @@ class _Screener(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and self.trusted_eval_depth == 0:
             text = node.value.strip().lower()
+            for name in SCORE_NAMES:
+                text = text.replace(name, "")
             if text in VAL_STRINGS or any(s in text for s in VAL_SUBSTRINGS):
                 self.flag(node, f"refers to the validation split/shard ({node.value[:40]!r})")
 
