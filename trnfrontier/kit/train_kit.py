@@ -310,6 +310,8 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "wall_seconds": seen.outcome.seconds,
         "diverged_step": printed.non_finite_loss_step(),
         "kit_summary": printed.block,  # the `---` block train.py printed (public_val_bpb, num_steps, ...)
+        # The organisers' knobs the run was launched with (EVAL_TOKENS sets what its in-process eval scored).
+        "kit_env": {k: v for k, v in plan.env.items() if k.startswith("NEURON_COMPETITION_R1_") and not k.endswith("_STEP_LOG")},
     }
     if accounting and document["budget_seconds"] is None:  # a budget_accounting that omits it
         document["budget_seconds"] = budget_rule.budget_of(contract.module)[0]

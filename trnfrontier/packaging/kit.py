@@ -42,6 +42,7 @@ from trnfrontier.runtime.rundir import (
     STEP_LOG_FILE,
     SUMMARY_FILE,
 )
+from trnfrontier.runtime.prepare_calls import constant
 from trnfrontier.runtime.safetensors_io import write_safetensors
 from trnfrontier.verify.pins import load_pins
 
@@ -189,8 +190,15 @@ def _kit_block_score(summary: dict[str, Any]) -> dict[str, Any] | None:
     value = block.get("public_val_bpb")
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
+    # What the eval scored: the block's numbers when it printed them, else the knob the run
+    # was launched with, else the kit's default; the context only when printed (else
+    # unknown, and `trnf verify --rerun-eval` says the claim lacks it).
+    env = summary.get("kit_env") or {}
+    tokens = block.get("eval_tokens") or env.get("NEURON_COMPETITION_R1_EVAL_TOKENS") or constant(None, "EVAL_TOKENS_PUBLIC")
     return {
         "val_bpb": float(value),
+        "eval_tokens": int(tokens),
+        "eval_seq_len": int(block.get("eval_seq_len") or block.get("seq_len") or 0),
         "eval_split": "public_val",
         "measured_by": "the kit train.py's in-process public eval (prepare.evaluate_bpb), its `---` block",
     }

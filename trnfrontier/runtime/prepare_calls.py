@@ -89,7 +89,7 @@ def prepare_path(prepare: ModuleType) -> str:
     return str(getattr(prepare, "__file__", None) or getattr(prepare, "__name__", "prepare"))
 
 
-def constant(prepare: ModuleType, name: str) -> Any:
+def constant(prepare: ModuleType | None, name: str) -> Any:
     """``prepare.NAME``, else the contract's default (never a KeyError for a missing extra)."""
     if hasattr(prepare, name):
         return getattr(prepare, name)
