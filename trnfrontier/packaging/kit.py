@@ -35,6 +35,7 @@ from trnfrontier.packaging.build import (
     write_archive,
 )
 from trnfrontier.packaging.finished_run import checkpoint_params, read_json, refusal_reasons
+from trnfrontier.runtime.prepare_calls import constant
 from trnfrontier.runtime.rundir import (
     META_FILE,
     METRICS_FILE,
@@ -42,7 +43,6 @@ from trnfrontier.runtime.rundir import (
     STEP_LOG_FILE,
     SUMMARY_FILE,
 )
-from trnfrontier.runtime.prepare_calls import constant
 from trnfrontier.runtime.safetensors_io import write_safetensors
 from trnfrontier.verify.pins import load_pins
 
