@@ -25,10 +25,8 @@ from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.eval_spec import WorkerSpec
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
-from trnfrontier.runtime.rundir import RECIPE_FILE, SUMMARY_FILE
-from trnfrontier.trusted_prepare import load_contract
 from trnfrontier.runtime.prepare_calls import constant, missing_names
-from trnfrontier.runtime.rundir import FINAL_DIR, META_FILE, RECIPE_FILE, SUMMARY_FILE
+from trnfrontier.runtime.rundir import RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
