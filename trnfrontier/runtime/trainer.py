@@ -263,8 +263,7 @@ class Trainer:
                 )
             except DiskFullError as exc:
                 # A full disk costs this checkpoint, not the run: the previous one stays.
-                kept = latest_checkpoint(self.out_dir)
-                print(f"warning: {exc}; checkpoint skipped, last good one: {kept}", file=sys.stderr, flush=True)
+                _warn(f"warning: {exc}; checkpoint skipped, last good one: {latest_checkpoint(self.out_dir)}")
         distributed.barrier()
         return path
 
@@ -278,7 +277,7 @@ class Trainer:
             if not dropped:
                 raise
             names = ", ".join(p.name for p in dropped)
-            print(f"warning: {exc}; removed the older checkpoint {names} to make room, retrying", file=sys.stderr, flush=True)
+            _warn(f"warning: {exc}; removed the older checkpoint {names} to make room, retrying")
             return ckpt.save_final(self.out_dir, self.model, self._meta(clock))
 
     def _evaluate(self) -> dict[str, Any]:
@@ -713,6 +712,14 @@ def train(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _warn(message: str) -> None:
+    """A line on stderr that a full disk (stderr is train.log) cannot turn into a crash."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _write_crash_summary(out_dir: Path, recipe: ResolvedRecipe, exc: BaseException) -> None:
