@@ -437,6 +437,67 @@ def run_plan(
         lock.release()
 
 
+class _Follower:
+    """What `trnf train` shows while its worker runs: a live view on a terminal, else a
+    plain line now and then (CI, a pipe); every new metrics record goes to ``on_record``."""
+
+    def __init__(
+        self, run_dir: Path, budget: float, live: bool, on_record: Callable[[dict[str, Any]], None] | None
+    ) -> None:
+        # Made before the worker starts: the tails read only what this run appends.
+        self.run_dir, self.budget, self.live, self.on_record = run_dir, budget, live, on_record
+        self.tail = MetricsTail(run_dir / METRICS_FILE)
+        self.watch = PhaseWatch(run_dir / LOG_FILE)
+        self.started = time.time()
+        self.console = err()
+        self.last: dict[str, Any] | None = None
+        self.best_val: float | None = None
+        self.last_note, self.noted_step = time.time(), None
+        self.display: Live | None = None
+
+    def start(self) -> None:
+        if self.live and self.console.is_terminal:
+            self.display = Live(
+                live_view(None, self.budget, self.run_dir, self.started, None),
+                console=self.console,
+                refresh_per_second=4,
+                transient=False,
+            )
+            self.display.start()
+        self.last_note = time.time()
+
+    def stop(self) -> None:
+        if self.display is not None:
+            self.display.stop()
+
+    def update(self, finished: bool) -> None:
+        for record in self.tail.read():
+            self.last = record
+            if record.get("val_bpb") is not None:
+                best = self.best_val
+                self.best_val = record["val_bpb"] if best is None else min(best, record["val_bpb"])
+            if self.on_record is not None:
+                self.on_record(record)
+        announced = self.watch.read()
+        last = self.last
+        if self.display is not None:
+            self.display.update(live_view(last, self.budget, self.run_dir, self.started, self.best_val, self.watch))
+        elif self.live and announced is not None:
+            self.console.print(announced)
+        elif (
+            self.live
+            and last is not None
+            and last["step"] != self.noted_step
+            and (finished or time.time() - self.last_note >= 30)
+        ):
+            loss = last.get("loss")
+            self.console.print(
+                f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
+                f"charged {last.get('charged_seconds') or 0:.0f}/{self.budget:g} s"
+            )
+            self.last_note, self.noted_step = time.time(), last["step"]
+
+
 def _run_locked(
     plan: RunPlan,
     lock_env: dict[str, str],
@@ -454,64 +515,19 @@ def _run_locked(
         (run_dir / SUMMARY_FILE).stat().st_mtime_ns if (run_dir / SUMMARY_FILE).exists() else None
     )
     env = {**os.environ, **plan.env, **lock_env}
-    budget = plan.recipe.budget.seconds
-    tail = MetricsTail(run_dir / METRICS_FILE)
-    watch = PhaseWatch(run_dir / LOG_FILE)
-    started = time.time()
-    last: dict[str, Any] | None = None
-    best_val: float | None = None
-    console = err()
+    follow = _Follower(run_dir, plan.recipe.budget.seconds, live, on_record)
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(plan.command)}\n".encode())
         log.flush()
         proc = processes.start(
             plan.command, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=None, die_with_parent=True
         )
-        display = (
-            Live(
-                live_view(None, budget, run_dir, started, None),
-                console=console,
-                refresh_per_second=4,
-                transient=False,
-            )
-            if live and console.is_terminal
-            else None
-        )
         with processes.sigterm_as_interrupt():
             try:
-                if display is not None:
-                    display.start()
-                last_note, noted_step = time.time(), None
+                follow.start()
                 while True:
                     finished = proc.poll() is not None
-                    for record in tail.read():
-                        last = record
-                        if record.get("val_bpb") is not None:
-                            best_val = (
-                                record["val_bpb"]
-                                if best_val is None
-                                else min(best_val, record["val_bpb"])
-                            )
-                        if on_record is not None:
-                            on_record(record)
-                    announced = watch.read()
-                    if display is not None:
-                        display.update(live_view(last, budget, run_dir, started, best_val, watch))
-                    elif live and announced is not None:
-                        console.print(announced)
-                    elif (
-                        live
-                        and last is not None
-                        and last["step"] != noted_step
-                        and (finished or time.time() - last_note >= 30)
-                    ):
-                        # Not a terminal (CI, a pipe): a plain line now and then instead of a live view.
-                        loss = last.get("loss")
-                        console.print(
-                            f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
-                            f"charged {last.get('charged_seconds') or 0:.0f}/{budget:g} s"
-                        )
-                        last_note, noted_step = time.time(), last["step"]
+                    follow.update(finished)
                     if finished:
                         break
                     time.sleep(poll_seconds)
@@ -529,9 +545,14 @@ def _run_locked(
                     )
                 raise
             finally:
-                if display is not None:
-                    display.stop()
-    returncode = proc.returncode
+                follow.stop()
+    return _worker_summary(plan, proc.returncode, previous_summary)
+
+
+def _worker_summary(plan: RunPlan, returncode: int, previous_summary: int | None) -> dict[str, Any]:
+    """The summary the worker wrote, or a crash summary when it wrote none (a kill, a crash
+    before the trainer could write one); with the run dir and the worker's exit code."""
+    run_dir = plan.run_dir
     summary = read_summary(run_dir)
     if not _fresh_summary(run_dir, previous_summary) or summary is None:
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
