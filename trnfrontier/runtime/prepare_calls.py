@@ -244,7 +244,7 @@ def make_dataloader(
     """The kit's call, positional; ``extras`` (resume_state, rank, world_size: this project's
     additions) only when the signature takes them. Which extras were honoured: ``accepted``."""
     extras = {k: v for k, v in extras.items() if v is not None}
-    return call(prepare, "make_dataloader", tokenizer, int(batch_size), int(seq_len), split, device, optional=extras)  # type: ignore[no-any-return]
+    return call(prepare, "make_dataloader", tokenizer, int(batch_size), int(seq_len), split, device, optional=extras)
 
 
 def record_step_boundary(prepare: ModuleType, step: int) -> None:
