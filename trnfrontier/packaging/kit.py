@@ -240,6 +240,49 @@ def _from_run_dir(
     return Path(checkpoint), launch
 
 
+def _kit_summary(
+    members: dict[str, Path | bytes],
+    run_dir: Path | None,
+    train_py: Path,
+    checkpoint: Path,
+    val_bpb_from_eval: bool,
+) -> dict[str, Any]:
+    """The run's facts for the archive: the kit run's summary.json and logs (added to
+    ``members``), its score (or one measured now), the SHA256s of what trained."""
+    summary: dict[str, Any] = {}
+    if run_dir is not None:
+        summary = read_json(
+            run_dir / SUMMARY_FILE,
+            "summary.json (is this a `trnf train --train-py` run directory?)",
+        )
+        for member, name in ((fmt.STEP_LOG, STEP_LOG_FILE), (fmt.METRICS_LOG, METRICS_FILE)):
+            if (run_dir / name).is_file():
+                members[member] = run_dir / name
+        members[fmt.SUMMARY] = run_dir / SUMMARY_FILE
+    if fmt.STEP_LOG not in members:
+        where = f"{run_dir}/{STEP_LOG_FILE}" if run_dir else "a run directory"
+        raise TrnfError(
+            f"no step-boundary log ({where}): pass --run-dir with the run of `trnf train --train-py`, whose log proves the budget"
+        )
+    members.setdefault(fmt.METRICS_LOG, b"")
+    kit_score = _kit_block_score(summary)
+    if kit_score is not None and summary.get("val_bpb") is None and not val_bpb_from_eval:
+        summary = {**summary, **kit_score}
+    if val_bpb_from_eval:
+        measured = _measure(train_py, checkpoint)
+        # The run's own record of its prepare.py wins: the pins are about what trained.
+        summary = {
+            **summary,
+            **measured,
+            "prepare_sha256": summary.get("prepare_sha256") or measured["prepare_sha256"],
+        }
+    if not summary.get("prepare_sha256") or not summary.get("tokenizer_sha256"):
+        for key, value in _default_hashes().items():
+            summary[key] = summary.get(key) or value
+    members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+    return summary
+
+
 def package_kit(
     train_py: Path,
     checkpoint: Path | None,
@@ -275,37 +318,7 @@ def package_kit(
     ckpt_members, params, non_finite = checkpoint_members(checkpoint)
     members.update(ckpt_members)
 
-    summary: dict[str, Any] = {}
-    if run_dir is not None:
-        summary = read_json(
-            run_dir / SUMMARY_FILE,
-            "summary.json (is this a `trnf train --train-py` run directory?)",
-        )
-        for member, name in ((fmt.STEP_LOG, STEP_LOG_FILE), (fmt.METRICS_LOG, METRICS_FILE)):
-            if (run_dir / name).is_file():
-                members[member] = run_dir / name
-        members[fmt.SUMMARY] = run_dir / SUMMARY_FILE
-    if fmt.STEP_LOG not in members:
-        where = f"{run_dir}/{STEP_LOG_FILE}" if run_dir else "a run directory"
-        raise TrnfError(
-            f"no step-boundary log ({where}): pass --run-dir with the run of `trnf train --train-py`, whose log proves the budget"
-        )
-    members.setdefault(fmt.METRICS_LOG, b"")
-    kit_score = _kit_block_score(summary)
-    if kit_score is not None and summary.get("val_bpb") is None and not val_bpb_from_eval:
-        summary = {**summary, **kit_score}
-    if val_bpb_from_eval:
-        measured = _measure(train_py, checkpoint)
-        # The run's own record of its prepare.py wins: the pins are about what trained.
-        summary = {
-            **summary,
-            **measured,
-            "prepare_sha256": summary.get("prepare_sha256") or measured["prepare_sha256"],
-        }
-    if not summary.get("prepare_sha256") or not summary.get("tokenizer_sha256"):
-        for key, value in _default_hashes().items():
-            summary[key] = summary.get(key) or value
-    members.setdefault(fmt.SUMMARY, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+    summary = _kit_summary(members, run_dir, train_py, checkpoint, val_bpb_from_eval)
 
     step_log = members[fmt.STEP_LOG]
     reasons = refusal_reasons(
