@@ -74,7 +74,7 @@ class Limits:
 
     wall_seconds: float
     memory_bytes: int = field(default_factory=lambda: max(4 * _GIB, _physical_memory() * 3 // 4))
-    file_bytes: int = 16 * _GIB
+    file_bytes: int = 4 * _GIB  # per file: a real checkpoint is well under; a disk-filling loop stops here
     open_files: int = 4096
 
     def rlimits(self) -> dict[str, int]:
