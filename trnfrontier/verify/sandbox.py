@@ -38,6 +38,7 @@ import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 BWRAP_ENV = "TRNF_BWRAP"  # an explicit bwrap binary (tests point it at a missing path)
 _GIB = 1 << 30
@@ -236,30 +237,19 @@ def wrap(argv: list[str], jail: Jail, limits: Limits, *, sandboxed: bool = True)
 
 
 def popen(argv: list[str], jail: Jail, limits: Limits, *, sandboxed: bool, pass_fds: Iterable[int] = (),
-          stdout: int | object = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """Start ``argv`` confined (its own session, so the caller can kill the whole tree)."""
-    command, env = wrap(argv, jail, limits, sandboxed=sandboxed)
+          stdout: int | IO[Any] = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start ``argv`` confined, in its own session (``processes.stop_tree`` ends the whole tree)."""
     from trnfrontier import processes
 
-    return processes.start(command, cwd=jail.cwd or jail.scratch, env=env, stdout=stdout,  # type: ignore[arg-type]
-                           stderr=subprocess.STDOUT, pass_fds=tuple(pass_fds))
+    command, env = wrap(argv, jail, limits, sandboxed=sandboxed)
+    return processes.start(command, cwd=jail.cwd or jail.scratch, env=env, stdout=stdout, stderr=subprocess.STDOUT,
+                           pass_fds=tuple(pass_fds))
 
 
 def run(argv: list[str], jail: Jail, *, timeout: float, sandboxed: bool, limits: Limits | None = None) -> tuple[int | None, str]:
     """Run ``argv`` confined; kill its whole tree at ``timeout``. (exit code or None on timeout, output tail)."""
-    import tempfile
-
     from trnfrontier import processes
 
-    with tempfile.TemporaryFile() as log:
-        proc = popen(argv, jail, limits or Limits(wall_seconds=timeout), sandboxed=sandboxed, stdout=log)
-        try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            processes.stop_tree(proc, grace=0.5)
-        log.seek(0, os.SEEK_END)
-        log.seek(max(0, log.tell() - 4000))
-        tail = log.read().decode("utf-8", "replace")
-    return code, tail
+    command, env = wrap(argv, jail, limits or Limits(wall_seconds=timeout), sandboxed=sandboxed)
+    done = processes.run_tree(command, cwd=jail.cwd or jail.scratch, env=env, timeout=timeout, merge_stderr=True, tail_bytes=4000)
+    return done.returncode, done.stdout

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from trnfrontier.verify import sandbox
 
 SERVER = Path(__file__).with_name("modelserver.py")
 MAX_VOCAB = 1 << 17
+CLOSE_GRACE_SECONDS = 2.0
 _MAX_HEADER = 1 << 16
 
 
@@ -63,12 +63,11 @@ class ServedModel:
         env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "LANG": "C.UTF-8"}
         jail = sandbox.Jail(scratch=scratch, env=env, read_only=tuple(visible), cwd=root)
         log = scratch / ".server.log"
-        command, outer_env = sandbox.wrap(argv, jail, sandbox.Limits(wall_seconds=timeout), sandboxed=sandboxed)
         # bwrap passes inherited descriptors through, so the server uses the same numbers.
         try:
             with open(log, "wb") as sink:
-                proc = processes.start(command, cwd=jail.cwd, env=outer_env, stdout=sink,
-                                       stderr=subprocess.STDOUT, pass_fds=(to_r, from_w))
+                proc = sandbox.popen(argv, jail, sandbox.Limits(wall_seconds=timeout), sandboxed=sandboxed,
+                                     pass_fds=(to_r, from_w), stdout=sink)
         finally:
             os.close(to_r)
             os.close(from_w)
@@ -100,12 +99,17 @@ class ServedModel:
         processes.stop_tree(self.proc, grace=0.2)
 
     def close(self) -> None:
+        """End the server: closing its pipes makes it exit; whatever is left after a moment is killed."""
         self.deadline_timer.cancel()
         for fd in (self.fd_to, self.fd_from):
             try:
                 os.close(fd)
             except OSError:
                 pass
+        try:
+            self.proc.wait(timeout=CLOSE_GRACE_SECONDS)
+        except Exception:  # noqa: BLE001 - TimeoutExpired, or an already reaped process: kill below either way
+            pass
         self.kill()
 
     def __enter__(self) -> ServedModel:
