@@ -8,7 +8,6 @@ import typer
 
 from trnfrontier.console import out
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.recipes.loading import load_recipe
 
 DEFAULT_RECIPE = "baseline_d10"
 
@@ -46,6 +45,7 @@ def command(
     """Write a single-file train.py (model, Muon + AdamW, the budgeted loop, load_for_eval) you own."""
     from trnfrontier.packaging.build import launch_for  # imports torch: only when the command runs
     from trnfrontier.packaging.trainpy import render_train_py
+    from trnfrontier.recipes.loading import load_recipe
 
     resolved = load_recipe(recipe, list(overrides or [])).model_dump(mode="json")
     launch = launch_for(resolved["runtime"])

@@ -8,7 +8,6 @@ import typer
 
 from trnfrontier.console import out, print_json
 from trnfrontier.errors import UsageError
-from trnfrontier.recipes import load_recipe
 
 
 def command(
@@ -44,6 +43,8 @@ def command(
     if recipe is None:
         raise UsageError("give a RECIPE (file or shipped name), or --kernels")
     overrides, second = measure.split_arguments(list(ctx.args), compare=compare, trace=trace)
+
+    from trnfrontier.recipes import load_recipe
 
     recipe_a = load_recipe(recipe, overrides)
     if second is not None:

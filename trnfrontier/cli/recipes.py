@@ -12,15 +12,6 @@ from rich.table import Table
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.recipes.describe import (
-    count_params,
-    json_schema,
-    resolved,
-    resolved_yaml,
-    write_json_schema,
-)
-from trnfrontier.recipes.loading import load_recipe
-from trnfrontier.recipes.registry import shipped_recipes
 
 app = typer.Typer(
     help="List, show, validate recipes and print their JSON Schema.", no_args_is_help=True
@@ -39,6 +30,11 @@ def list_command(
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """The recipes that ship with trnf (use the name anywhere a recipe path goes)."""
+    # The recipe library (pydantic) loads when a command runs, not for `trnf --help`.
+    from trnfrontier.recipes.describe import count_params
+    from trnfrontier.recipes.loading import load_recipe
+    from trnfrontier.recipes.registry import shipped_recipes
+
     rows: list[dict[str, Any]] = []
     for name, path in shipped_recipes().items():
         recipe = load_recipe(path)
@@ -78,6 +74,9 @@ def show_command(
     json_output: bool = typer.Option(False, "--json", help="The resolved recipe as JSON."),
 ) -> None:
     """Print the resolved recipe (every key, defaults filled in, overrides applied)."""
+    from trnfrontier.recipes.describe import count_params, resolved, resolved_yaml
+    from trnfrontier.recipes.loading import load_recipe
+
     refs, overrides = _split(args)
     if len(refs) != 1:
         raise UsageError(
@@ -100,6 +99,9 @@ def validate_command(
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """Check recipes (with overrides) against the schema; exit 2 if any is invalid."""
+    from trnfrontier.recipes.describe import count_params
+    from trnfrontier.recipes.loading import load_recipe
+
     refs, overrides = _split(args)
     if not refs:
         raise UsageError("give at least one recipe to validate")
@@ -136,6 +138,8 @@ def schema_command(
     ),
 ) -> None:
     """The recipe's JSON Schema, for editor completion and validation."""
+    from trnfrontier.recipes.describe import json_schema, write_json_schema
+
     if output:
         write_json_schema(output)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -10,7 +11,9 @@ from rich.table import Table
 
 from trnfrontier.console import out, print_json
 from trnfrontier.errors import UsageError
-from trnfrontier.verify import Options, Report, verify_archive
+
+if TYPE_CHECKING:  # the verify library (numpy, the sandbox) loads when the command runs
+    from trnfrontier.verify import Report
 
 _STYLE = {"pass": "green", "fail": "bold red", "skip": "yellow"}
 
@@ -41,6 +44,8 @@ def command(
         raise UsageError(f"{archive}: is a directory; give the path of a submission archive (trnf package writes one)")
     if not archive.is_file():
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
+    from trnfrontier.verify import Options, verify_archive
+
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
                       allow_unsandboxed=allow_unsandboxed)
     from trnfrontier.progress import steps as progress_steps
