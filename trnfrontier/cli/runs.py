@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trnfrontier.console import err, keep_wide, out, print_json
+from trnfrontier.runtime.rundir import COMPLETED
 
 app = typer.Typer(
     help="The ledger of local runs: list, show, rebuild, record official scores, plot.",
@@ -61,7 +62,7 @@ def render_list(runs: list[dict[str, Any]], fits_line: str, console: Console) ->
             parent = f"{run['parent_name']}: {parent}"
         table.add_row(
             escape(run["name"]), escape(str(run.get("recipe"))), _num(run.get("seed"), "d"), escape(parent),
-            status if status == "completed" else f"[red]{status}[/red]",
+            status if status == COMPLETED else f"[red]{status}[/red]",
             _num(run.get("steps"), ","), _num(run.get("tokens_per_second"), ",.0f"),
             _num(run.get("charged_seconds"), ",.1f"), _num(run.get("val_bpb"), ".6f"),
             describe_setting(run["score"]) if run.get("score") else "-", _projected(run), commit, device,

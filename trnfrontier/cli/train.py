@@ -12,6 +12,7 @@ from trnfrontier.cli import modes
 from trnfrontier.cli.modes import check_mode
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError
+from trnfrontier.runtime.rundir import COMPLETED, CRASHED, DIVERGED
 
 
 def _rerun_command(
@@ -120,7 +121,7 @@ def command(
         raise
     finally:
         record.index_run(plan.run_dir, warn)  # every run is in the ledger, finished or not
-    if summary.get("status") in ("completed", "diverged"):
+    if summary.get("status") in (COMPLETED, DIVERGED):
         from trnfrontier.packaging.run_report import report_finished_run
 
         report_finished_run(plan.run_dir, quiet=json_output)
@@ -130,6 +131,6 @@ def command(
         out().print(summary_table(summary))
     problem = failure_message(summary, plan.run_dir)
     if problem is not None:
-        if summary.get("status") == "crashed":
+        if summary.get("status") == CRASHED:
             err().print(Text(tail_log(plan.run_dir), style="dim"))  # the worker's last words
         raise TrnfError(problem)

@@ -19,6 +19,7 @@ import yaml
 from trnfrontier.errors import TrnfError
 from trnfrontier.ledger import reader, record
 from trnfrontier.ledger.groups import Group
+from trnfrontier.runtime.rundir import COMPLETED
 
 RUNS_DIR = Path("runs")
 Say = Callable[[str], None]
@@ -77,7 +78,7 @@ def train_seed(group: Group, seed: int, say: Say, warn: Say) -> dict[str, Any]:
     say(f"training {plan.run_dir} (seed {seed}) ...")
     summary = run_plan(plan, live=True)
     record.index_run(plan.run_dir, warn)
-    if summary.get("status") != "completed":
+    if summary.get("status") != COMPLETED:
         warn(f"{plan.run_dir}: {summary.get('status')} ({summary.get('error') or summary.get('stop_reason')}); it is left out")
     return summary
 
