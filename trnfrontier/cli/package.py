@@ -9,7 +9,7 @@ import typer
 
 from trnfrontier.cli import modes
 from trnfrontier.cli.modes import check_mode
-from trnfrontier.console import err, out, print_json
+from trnfrontier.console import out, print_json
 from trnfrontier.errors import UsageError
 
 if TYPE_CHECKING:  # the packaging library imports torch; the command imports it when it runs
@@ -96,29 +96,30 @@ def command(
         "--val-bpb-from-eval": val_bpb_from_eval,
     }
     check_mode(modes.PACKAGE, "kit" if train_py is not None else "recipe", given)
+    from trnfrontier.progress import steps
+
     if train_py is not None:
-        if not json_output:
-            err().print(f"packaging {train_py} ...")
-        result = package_kit(
-            train_py,
-            checkpoint,
-            launch,
-            output,
-            run_dir=kit_run_dir,
-            writeup=writeup,
-            force=force,
-            pins_file=pins,
-            val_bpb_from_eval=val_bpb_from_eval,
-        )
+        # A spinner with the elapsed time: hashing and screening a large checkpoint takes a while.
+        with steps(f"packaging {train_py}", None, enabled=not json_output):
+            result = package_kit(
+                train_py,
+                checkpoint,
+                launch,
+                output,
+                run_dir=kit_run_dir,
+                writeup=writeup,
+                force=force,
+                pins_file=pins,
+                val_bpb_from_eval=val_bpb_from_eval,
+            )
     else:
         if run_dir is None:
             raise UsageError(
                 "give a RUN_DIR to package, or --train-py with --checkpoint and --launch"
             )
-        if not json_output:
-            err().print(f"packaging {run_dir} ...")
-        result = package_run(
-            run_dir, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins
-        )
+        with steps(f"packaging {run_dir}", None, enabled=not json_output):
+            result = package_run(
+                run_dir, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins
+            )
     _report(result, json_output)
     return 0
