@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from trnfrontier import processes
-from trnfrontier.verify.probe_process import run_in_group
 
 # A parent that starts a child in a session of its own (as torchrun does with its workers),
 # writes the child's pid, and hangs.
@@ -57,9 +56,9 @@ def test_verify_timeouts_leave_no_process(tmp_path: Path) -> None:
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    code, _ = run_in_group([sys.executable, str(script), str(marker)], cwd=tmp_path, env=None, timeout=15)
+    done = processes.run_tree([sys.executable, str(script), str(marker)], cwd=tmp_path, timeout=15)
     watcher.join()
-    assert code is None  # timed out
+    assert done.timed_out
     assert started and not _alive(started[0]), "verify's timeout left a worker running"
 
 

@@ -244,7 +244,7 @@ def test_model_server_runs_without_the_tool() -> None:
 # -- subprocess limits ------------------------------------------------------------------------
 
 def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    from trnfrontier.verify.probe_process import run_in_group
+    from trnfrontier import processes
 
     pid_file = tmp_path / "grandchild.pid"
     script = (
@@ -253,8 +253,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
         "time.sleep(600)\n"
     )
-    code, _ = run_in_group([sys.executable, "-c", script], cwd=tmp_path, env=None, timeout=3)
-    assert code is None
+    done = processes.run_tree([sys.executable, "-c", script], cwd=tmp_path, timeout=3)
+    assert done.timed_out
     grandchild = int(pid_file.read_text())
     stat = Path(f"/proc/{grandchild}/stat")
     # Gone, or a zombie waiting for its reaper: either way no longer running.
