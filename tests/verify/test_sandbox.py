@@ -118,3 +118,18 @@ def test_the_report_says_first_how_archive_code_ran(tmp_path: Path, monkeypatch:
     assert code == 1 and out.strip().splitlines()[0].startswith("NO SANDBOX")
     code, out, _ = run_cli([*args, "--json"], capsys)
     assert code == 1 and json.loads(out)["sandbox"].startswith("NO SANDBOX")
+
+
+@needs_bwrap
+def test_only_site_packages_of_sys_path_are_visible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m` puts the working directory (a home folder, say) on sys.path: the sandbox must not bind it."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("secret key")
+    monkeypatch.setattr(sys, "path", [str(home), *sys.path])
+    sandbox.python_paths.cache_clear()
+    try:
+        code, out = _run(f"import os\nprint('visible', os.path.exists({str(home / '.ssh')!r}))", tmp_path / "s")
+    finally:
+        sandbox.python_paths.cache_clear()
+    assert code == 0 and "visible False" in out

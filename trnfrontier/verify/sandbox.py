@@ -34,7 +34,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,19 +158,18 @@ def _repo_root() -> Path:
 @functools.lru_cache(maxsize=1)
 def python_paths() -> tuple[Path, ...]:
     """The interpreter and the import path a run needs, read-only: the installation
-    (``sys.base_prefix``), the venv, and every existing sys.path entry but this tool's
-    own source checkout (the site-packages an editable install points at are included)."""
+    (``sys.base_prefix``), the venv, and the site-packages directories on sys.path (a
+    base venv an overlay venv points at). Never other sys.path entries: ``python -m``
+    puts the working directory there, which may be the user's home."""
     repo = _repo_root()
     found: list[Path] = []
-    candidates = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, sysconfig.get_paths()["stdlib"], *sys.path]
-    for entry in candidates:
-        if not entry:
-            continue
+    prefixes = [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix]
+    site_dirs = [e for e in sys.path if e and Path(e).name in ("site-packages", "dist-packages")]
+    for entry in [*prefixes, *site_dirs]:
         for path in {Path(entry), Path(entry).resolve()}:
-            if path.exists() and path not in (repo, Path("/")):
+            if path.exists() and path not in (repo, Path("/"), Path.home()):
                 found.append(path)
-    real = Path(sys.executable).resolve()
-    found.append(real.parent)
+    found.append(Path(sys.executable).resolve().parent)
     return tuple(dict.fromkeys(found))
 
 
