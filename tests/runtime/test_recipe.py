@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
 from trnfrontier.recipes.loading import load_recipe
-from trnfrontier.recipes.schema import ModelSection, Recipe
-from trnfrontier.runtime.recipe import ModelSpec, RecipeError, ResolvedRecipe, grad_accum_steps
+from trnfrontier.recipes.schema import Recipe
+from trnfrontier.runtime.recipe import RecipeError, ResolvedRecipe, grad_accum_steps
 
 SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 
@@ -29,10 +28,6 @@ def test_every_schema_key_has_a_typed_field_and_no_more() -> None:
         if isinstance(value, dict):
             assert set(typed[section]) == set(value), section
     assert set(typed) == set(schema)
-
-
-def test_the_model_defaults_are_the_schemas() -> None:
-    assert dataclasses.asdict(ModelSpec()) == ModelSection().model_dump(mode="json")
 
 
 def test_a_missing_or_unknown_key_is_named() -> None:

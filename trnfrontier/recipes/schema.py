@@ -16,7 +16,7 @@ from trnfrontier.runtime.budget_rule import (
     STARTUP_CAP_SECONDS,
     STARTUP_STEPS_EXCLUDED,
 )
-from trnfrontier.runtime.recipe import ResolvedRecipe, grad_accum_steps, model_shape
+from trnfrontier.runtime.recipe import ModelSpec, ResolvedRecipe, grad_accum_steps, model_shape
 
 COMPETITION_BUDGET_SECONDS = BUDGET_SECONDS
 # Seeds feed torch.manual_seed, numpy and random: a non-negative 64-bit signed integer
@@ -32,22 +32,27 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
+# The model's defaults are the runtime's (runtime/recipe.py ModelSpec), which builds a
+# model from a partial section too.
+_MODEL = ModelSpec()
+
+
 class ModelSection(Section):
     """A nanochat-style GPT. Width comes from depth x aspect_ratio (rounded up to a whole
     number of heads) unless ``n_embd`` is given."""
 
-    depth: int = Field(10, ge=1, le=128, description="Transformer blocks.")
-    aspect_ratio: int = Field(64, ge=1, description="Width per layer of depth when n_embd is not given.")
-    head_dim: int = Field(128, ge=8, le=256, description="Channels per attention head (even, for rotary).")
+    depth: int = Field(_MODEL.depth, ge=1, le=128, description="Transformer blocks.")
+    aspect_ratio: int = Field(_MODEL.aspect_ratio, ge=1, description="Width per layer of depth when n_embd is not given.")
+    head_dim: int = Field(_MODEL.head_dim, ge=8, le=256, description="Channels per attention head (even, for rotary).")
     n_embd: int | None = Field(None, ge=8, description="Explicit width; overrides depth x aspect_ratio.")
     n_head: int | None = Field(None, ge=1, description="Query heads; default n_embd // head_dim.")
     n_kv_head: int | None = Field(None, ge=1, description="Key/value heads (GQA when < n_head); default n_head.")
-    mlp_ratio: int = Field(4, ge=1, le=16)
-    vocab_size: int = Field(8192, ge=256, description="Must equal the tokenizer's vocabulary.")
-    sequence_len: int = Field(1024, ge=8, le=65536, description="Training context length.")
-    softcap: float = Field(15.0, ge=0.0, description="Logit softcap (0 disables).")
-    value_embeds: bool = Field(False, description="Value embeddings mixed into attention values.")
-    rope_base: float = Field(10000.0, gt=0)
+    mlp_ratio: int = Field(_MODEL.mlp_ratio, ge=1, le=16)
+    vocab_size: int = Field(_MODEL.vocab_size, ge=256, description="Must equal the tokenizer's vocabulary.")
+    sequence_len: int = Field(_MODEL.sequence_len, ge=8, le=65536, description="Training context length.")
+    softcap: float = Field(_MODEL.softcap, ge=0.0, description="Logit softcap (0 disables).")
+    value_embeds: bool = Field(_MODEL.value_embeds, description="Value embeddings mixed into attention values.")
+    rope_base: float = Field(_MODEL.rope_base, gt=0)
 
     @model_validator(mode="after")
     def _shapes(self) -> ModelSection:
