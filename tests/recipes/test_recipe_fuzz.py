@@ -24,7 +24,7 @@ from trnfrontier.recipes.schema import Recipe
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(
-    max_examples=120,
+    max_examples=100,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
