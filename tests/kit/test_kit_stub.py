@@ -91,3 +91,35 @@ def test_kit_dry_run_stops_with_the_kits_own_knob(kit: dict[str, Path]) -> None:
     stages = {s["name"]: s for s in json.loads(done.stdout)["stages"]}
     assert all(s["passed"] for s in stages.values())
     assert "step log recorded 2 steps" in stages["steps"]["detail"]
+
+
+MAKE_CHECKPOINT = """
+import torch, train
+config = train.ModelConfig(vocab_size=8192)
+torch.manual_seed(0)
+model = train.TinyLM(config)
+torch.save({"model_state": model.state_dict(), "model_config": vars(config), "meta": {}}, "final.pt")
+"""
+
+
+def test_a_rejection_by_their_prepare_py_is_named_as_theirs(tmp_path: Path, prepare_module) -> None:
+    """Their causality_check refuses the call: trnf eval says prepare.py rejected it, not that the model failed."""
+    team = copy_kit(tmp_path / "team")
+    cache = make_kit_cache(tmp_path / "cache", prepare_module)
+    source = (team / "prepare.py").read_text()
+    refusing = source.replace(
+        "def causality_check(model, tokenizer, batch_size, seq_len, device):\n",
+        "def causality_check(model, tokenizer, batch_size, seq_len, device):\n"
+        "    raise ValueError(f'batch_size {batch_size} is below the 64 this checker needs')\n",
+    )
+    assert refusing != source
+    (team / "prepare.py").write_text(refusing)
+    kit = {"kit": team, "cache": cache, "root": tmp_path}
+    made = subprocess.run([sys.executable, "-c", MAKE_CHECKPOINT], cwd=team, env=_env(kit), capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    done = _trnf(kit, "eval", "--train-py", "train.py", "--checkpoint", "final.pt", "--tokens", "256", "--seq-len", "32",
+                 "--batch-size", "4")
+    assert done.returncode == 1
+    [line] = [x for x in done.stderr.splitlines() if x.startswith("trnf: error:")]
+    assert f"prepare.py ({team / 'prepare.py'}) rejected the call causality_check(TinyLM, Tokenizer, 4, 32, " in line
+    assert "below the 64 this checker needs" in line and "the model failed" not in line
