@@ -25,7 +25,7 @@ from trnfrontier.profiling import flops, phases
 from trnfrontier.profiling.quiet import without_profiler_noise
 from trnfrontier.progress import Steps
 from trnfrontier.recipes import Recipe
-from trnfrontier.runtime import compiling, devices, distributed
+from trnfrontier.runtime import compiling, devices, distributed, prepare_calls
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
@@ -159,10 +159,10 @@ def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[It
         from trnfrontier.trusted_prepare import load_contract
 
         prepare = load_contract().module
-        tokenizer = prepare.ensure_tokenizer()
+        tokenizer = prepare_calls.ensure_tokenizer(prepare)
         if tokenizer.get_vocab_size() != recipe.model.vocab_size:
             raise ValueError(f"model.vocab_size={recipe.model.vocab_size} but the prepared tokenizer has {tokenizer.get_vocab_size()}")
-        loader = prepare.make_dataloader(tokenizer, B, T, "train", device=device)
+        loader = prepare_calls.make_dataloader(prepare, tokenizer, B, T, "train", device)  # as the kit calls it
 
         def real() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             for inputs, targets, _state in loader:
