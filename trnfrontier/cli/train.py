@@ -86,6 +86,20 @@ def command(
         )
         return
 
+    _recipe_run(recipe, list(ctx.args), out_dir, name, nproc, lnc, resume, json_output)
+
+
+def _recipe_run(
+    recipe: str | None,
+    extras: list[str],
+    out_dir: Path | None,
+    name: str | None,
+    nproc: int | None,
+    lnc: int | None,
+    resume: Path | None,
+    json_output: bool,
+) -> None:
+    """A recipe run: plan it, record it, run it, report it (TrnfError when it did not complete)."""
     # Imported here, not at the top: the training library imports torch, and `trnf --help`
     # must not pay for it.
     from trnfrontier.interrupted import resume_note, stop_message
@@ -98,7 +112,7 @@ def command(
     )
 
     plan = plan_from_arguments(
-        recipe, list(ctx.args), out=out_dir, name=name, nproc=nproc, lnc=lnc, resume=resume
+        recipe, extras, out=out_dir, name=name, nproc=nproc, lnc=lnc, resume=resume
     )
     if plan.resume:
         err().print(resume_note(plan.run_dir) or f"resuming {plan.run_dir}")
@@ -113,11 +127,11 @@ def command(
     def warn(line: str) -> None:
         err().print(line, style="yellow")
 
-    record.start_train(plan, recipe, list(ctx.args), nproc, lnc, warn)
+    record.start_train(plan, recipe, extras, nproc, lnc, warn)
     try:
         summary = run_plan(plan, live=True)
     except KeyboardInterrupt:
-        err().print(stop_message(plan.run_dir, _rerun_command(recipe, list(ctx.args), plan.run_dir, nproc, lnc)))
+        err().print(stop_message(plan.run_dir, _rerun_command(recipe, extras, plan.run_dir, nproc, lnc)))
         raise
     finally:
         record.index_run(plan.run_dir, warn)  # every run is in the ledger, finished or not
