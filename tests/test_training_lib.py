@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from trnfrontier import training
+from trnfrontier.cli.train_view import summary_table
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.loading import load_recipe
 from trnfrontier.runtime import checkpoint as ck
@@ -304,9 +305,9 @@ def test_summary_table_renders_partial_summaries() -> None:
     from rich.console import Console
 
     console = Console(record=True, width=100)
-    console.print(training.summary_table({"status": "crashed", "name": "x"}))
+    console.print(summary_table({"status": "crashed", "name": "x"}))
     console.print(
-        training.summary_table(
+        summary_table(
             {
                 "status": "completed",
                 "name": "x",

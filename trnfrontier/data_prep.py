@@ -22,7 +22,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TransferSpeedColumn,
 )
-from rich.table import Table
 
 from trnfrontier import processes
 from trnfrontier.console import err
@@ -158,32 +157,3 @@ def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num
     if completed.returncode != 0:
         raise TrnfError(f"`{' '.join(command)}` failed with exit code {completed.returncode}; see its output above")
     return {"source": source}
-
-
-def summary_table(summary: dict[str, Any]) -> Table:
-    """The final table `trnf prepare` prints."""
-    table = Table(title="trnf prepare", show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("value", overflow="fold")
-
-    def number(key: str) -> str:
-        value = summary.get(key)
-        return f"{value:,}" if isinstance(value, int) else "-"
-
-    per_token = summary.get("bytes_per_token")
-    rows = [
-        ("source", str(summary.get("source", "-"))),
-        ("dataset", str(summary.get("dataset_dir", "-"))),
-        ("documents", number("documents")),
-        ("bytes", number("bytes")),
-        ("tokens", number("tokens")),
-        ("bytes/token", f"{per_token:.3f}" if isinstance(per_token, float) else "-"),
-        ("tokenizer SHA256", str(summary.get("tokenizer_sha256", "-"))),
-        ("prepare.py SHA256", str(summary.get("prepare_sha256", "-"))),
-        ("prepare.py", str(summary.get("prepare_path", "-"))),
-    ]
-    if "reused" in summary:
-        rows.append(("reused", "yes (verified against the manifest)" if summary["reused"] else "no (built now)"))
-    for key, value in rows:
-        table.add_row(key, value)
-    return table

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 from rich.console import Console
 
-from trnfrontier.profiling import compare, report
+from trnfrontier.cli import profile_view as report
+from trnfrontier.profiling import compare
 
 
 def test_a_wide_spread_is_no_significant_difference() -> None:

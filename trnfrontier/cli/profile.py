@@ -28,8 +28,9 @@ def command(
 
     Overrides (`key.path=value`) follow the recipe(s) and apply to every recipe named.
     `--compare A B` times A and B in alternating rounds and reports B/A with its spread."""
+    from trnfrontier.cli import profile_view
     from trnfrontier.profiling import compare as compare_mod
-    from trnfrontier.profiling import measure, report
+    from trnfrontier.profiling import measure
     from trnfrontier.progress import steps as steps_progress
 
     measure.check_options(device, trace)
@@ -38,7 +39,7 @@ def command(
         if json_output:
             print_json(document)
         else:
-            report.render_kernels(document, out())
+            profile_view.render_kernels(document, out())
         return
     if recipe is None:
         raise UsageError("give a RECIPE (file or shipped name), or --kernels")
@@ -57,7 +58,7 @@ def command(
         if json_output:
             print_json(result)
         else:
-            report.render_compare(result, out())
+            profile_view.render_compare(result, out())
         return
 
     setup = measure.build(recipe_a, device)
@@ -67,4 +68,4 @@ def command(
     if json_output:
         print_json(result)
     else:
-        report.render_profile(result, out())
+        profile_view.render_profile(result, out())

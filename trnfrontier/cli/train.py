@@ -71,7 +71,7 @@ def command(
     if train_py is not None:
         # After `--` every word is the script's, including one click took for RECIPE.
         script_args = ([recipe] if recipe is not None else []) + list(ctx.args)
-        from trnfrontier.kit.command import kit_command
+        from trnfrontier.cli.train_kit import kit_command
 
         kit_command(
             train_py=train_py,
@@ -102,12 +102,12 @@ def _recipe_run(
     """A recipe run: plan it, record it, run it, report it (TrnfError when it did not complete)."""
     # Imported here, not at the top: the training library imports torch, and `trnf --help`
     # must not pay for it.
+    from trnfrontier.cli.train_view import summary_table
     from trnfrontier.interrupted import resume_note, stop_message
     from trnfrontier.training import (
         failure_message,
         plan_from_arguments,
         run_plan,
-        summary_table,
         tail_log,
     )
 

@@ -1,8 +1,8 @@
 """Kit mode: trnf on a team's own train.py (the organisers' layout), not a trnf recipe.
 
-- ``run.train_kit``: launch it as the organisers do, per-rank logs, budget accounting,
+- ``train_kit.train_kit``: launch it as the organisers do, per-rank logs, budget accounting,
   summary.json / metrics.jsonl in a run directory.
 - ``dryrun.dry_run_kit``: the same file for a few CPU steps in a clean environment, stage
   by stage, before chip time is spent.
-- ``command.kit_command``: what `trnf train --train-py` prints and how it exits.
+- What `trnf train --train-py` prints and how it exits: ``trnfrontier/cli/train_kit.py``.
 """
