@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -74,6 +76,11 @@ SPLIT_PATTERN = (
 CLIMBMIX_URL_DEFAULT = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
 DEFAULT_NUM_TRAIN_SHARDS = 8
 SOURCES = ("climbmix", "local", "sample")
+# How --source local cuts .txt files into documents: auto merges blank-line paragraphs into
+# ~4,000-character documents; line / paragraph / file keep a user's own documents exactly
+# (one per non-empty line, per blank-line paragraph, per file); parquet reads only the
+# `text` column of .parquet files (one document per row). .jsonl is one document per line.
+DOCUMENT_RULES = ("auto", "line", "paragraph", "file", "parquet")
 # Tokenizer training reads at most this much text (the first characters of each document).
 TOKENIZER_MAX_CHARS = 1_000_000_000
 TOKENIZER_DOC_CAP_CHARS = 10_000
@@ -421,20 +428,45 @@ def _parquet_texts(path: Path) -> Iterator[str]:
                 yield text
 
 
-def local_files(directory: Path) -> list[Path]:
-    """The supported files under ``directory`` (sorted), or a clear error."""
+LOCAL_SUFFIXES = (".parquet", ".jsonl", ".txt")
+
+
+def local_files(directory: Path, option: str = "--path") -> list[Path]:
+    """The supported files at ``directory`` (a folder, searched recursively and sorted, or
+    one file), or a clear error naming ``option``."""
+    kinds = "a folder or file of .parquet, .jsonl or .txt"
     if not directory.exists():
-        raise PrepareError(f"--path {directory}: no such directory; give a folder of .parquet, .jsonl or .txt files")
+        raise PrepareError(f"{option} {directory}: no such file or directory; give {kinds}")
+    if directory.is_file():
+        if directory.suffix not in LOCAL_SUFFIXES:
+            raise PrepareError(f"{option} {directory}: not a .parquet, .jsonl or .txt file; give {kinds}")
+        return [directory]
     if not directory.is_dir():
-        raise PrepareError(f"--path {directory}: not a directory; give a folder of .parquet, .jsonl or .txt files")
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in (".parquet", ".jsonl", ".txt"))
+        raise PrepareError(f"{option} {directory}: not a regular file or directory; give {kinds}")
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
     if not files:
-        raise PrepareError(f"--path {directory}: no .parquet, .jsonl or .txt files in it")
+        raise PrepareError(f"{option} {directory}: no .parquet, .jsonl or .txt files in it")
     return files
 
 
-def local_documents(directory: Path) -> Iterator[str]:
-    for path in local_files(directory):
+def _txt_documents_by_rule(text: str, rule: str) -> list[str]:
+    if rule == "auto":
+        return _txt_documents(text)
+    if rule == "file":  # the file's text exactly
+        return [text] if text.strip() else []
+    text = text.replace("\r\n", "\n")
+    if rule == "line":
+        return [line for line in text.split("\n") if line.strip()]
+    if rule == "paragraph":
+        return [p.strip("\n") for p in re.split(r"\n(?:[ \t]*\n)+", text) if p.strip()]
+    raise PrepareError(f"--documents {rule}: unknown rule; choose one of {', '.join(DOCUMENT_RULES)}")
+
+
+def local_documents(directory: Path, rule: str = "auto", files: list[Path] | None = None) -> Iterator[str]:
+    """The documents of ``files`` (default: every supported file at ``directory``) cut by ``rule``."""
+    for path in files if files is not None else local_files(directory):
+        if rule == "parquet" and path.suffix != ".parquet":
+            raise PrepareError(f"{path}: --documents parquet reads only .parquet files (a `text` column); pick another rule for .{path.suffix.lstrip('.')}")
         if path.suffix == ".parquet":
             yield from _parquet_texts(path)
         elif path.suffix == ".jsonl":
@@ -450,7 +482,7 @@ def local_documents(directory: Path) -> Iterator[str]:
                 if record["text"]:
                     yield record["text"]
         else:
-            yield from _txt_documents(_read_text_file(path))
+            yield from _txt_documents_by_rule(_read_text_file(path), rule)
 
 
 def _write_parquet(path: Path, texts: list[str]) -> None:
@@ -462,8 +494,11 @@ def _write_parquet(path: Path, texts: list[str]) -> None:
     os.replace(tmp, path)
 
 
-def _write_split_shards(shards: Path, documents: Iterable[str], docs_per_shard: int = 50_000) -> list[tuple[Path, str]]:
-    """Write documents as parquet shards split train/public_val by the stable rule."""
+def _write_split_shards(shards: Path, documents: Iterable[str], docs_per_shard: int = 50_000,
+                        val_documents: Iterable[str] | None = None) -> list[tuple[Path, str]]:
+    """Write documents as parquet shards split train/public_val by the stable rule, or,
+    when ``val_documents`` are given, every document of ``documents`` to train and every
+    one of ``val_documents`` to public_val (a user's own split, kept exactly)."""
     shards.mkdir(parents=True, exist_ok=True)
     written: list[tuple[Path, str]] = []
     buffers: dict[str, list[str]] = {"train": [], "public_val": []}
@@ -476,8 +511,11 @@ def _write_split_shards(shards: Path, documents: Iterable[str], docs_per_shard: 
         buffers[role] = []
         counts[role] += 1
 
-    for text in documents:
-        role = "public_val" if _is_val_document(text) else "train"
+    if val_documents is None:
+        roles: Iterable[tuple[str, str]] = (("public_val" if _is_val_document(t) else "train", t) for t in documents)
+    else:
+        roles = itertools.chain((("train", t) for t in documents), (("public_val", t) for t in val_documents))
+    for role, text in roles:
         buffers[role].append(text)
         if len(buffers[role]) >= docs_per_shard:
             flush(role)
@@ -486,7 +524,8 @@ def _write_split_shards(shards: Path, documents: Iterable[str], docs_per_shard: 
             flush(role)
     for role in ("train", "public_val"):
         if counts[role] == 0:
-            raise PrepareError(f"the source has no {role} documents after the split (1 in {VAL_EVERY} goes to validation); give more documents")
+            rule = f"1 in {VAL_EVERY} goes to validation" if val_documents is None else "--val-path gives the validation documents"
+            raise PrepareError(f"the source has no {role} documents after the split ({rule}); give more documents")
     return written
 
 
@@ -661,15 +700,35 @@ def _dataset_name(source: str, path: Path | None) -> str:
     return f"local-{path.name}" if source == "local" and path is not None else source
 
 
-def _source_fingerprint(source: str, path: Path | None, num_train_shards: int) -> dict[str, Any]:
+def _local_split(path: Path, val_path: Path | None) -> tuple[list[Path], list[Path] | None]:
+    """(train files, validation files or None): files under ``val_path`` are validation
+    only, even when they also lie under ``path``."""
+    val_files = local_files(val_path, "--val-path") if val_path is not None else None
+    train_files = [p for p in local_files(path) if val_files is None or p not in val_files]
+    if not train_files:
+        raise PrepareError(f"--path {path}: every file in it is a --val-path file; give training files too")
+    return train_files, val_files
+
+
+def _source_fingerprint(source: str, path: Path | None, num_train_shards: int,
+                        val_path: Path | None = None, documents: str = "auto") -> dict[str, Any]:
     """What the prepared data depends on; a change means rebuild, not reuse."""
     if source == "climbmix":
         return {"source": source, "num_train_shards": num_train_shards,
                 "base_url": os.environ.get("TRNF_CLIMBMIX_URL", CLIMBMIX_URL_DEFAULT)}
     if source == "local":
         assert path is not None
-        files = [[str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns] for p in local_files(path)]
-        return {"source": source, "path": str(path), "files": files}
+        train_files, val_files = _local_split(path, val_path)
+        base = path if path.is_dir() else path.parent
+        files = [[str(p.relative_to(base)), p.stat().st_size, p.stat().st_mtime_ns] for p in train_files]
+        config: dict[str, Any] = {"source": source, "path": str(path), "files": files}
+        # Only non-default choices are recorded, so datasets prepared before they existed are reused.
+        if documents != "auto":
+            config["documents"] = documents
+        if val_path is not None and val_files is not None:
+            config["val_path"] = str(val_path)
+            config["val_files"] = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in val_files]
+        return config
     import sysconfig
 
     return {"source": source, "python": sys.version, "stdlib": sysconfig.get_paths()["stdlib"]}
@@ -773,8 +832,14 @@ def setup(
     workers: int = 8,
     retries: int = 5,
     backoff: float | None = None,
+    val_path: str | os.PathLike[str] | None = None,
+    documents: str = "auto",
 ) -> dict[str, Any]:
     """Prepare a dataset (shards, tokenizer, token files, manifest) and make it active.
+
+    ``--source local`` reads ``path`` (a folder or one file); ``val_path`` (a folder or
+    file) gives the validation documents instead of the 1-in-10 hash split, and
+    ``documents`` (DOCUMENT_RULES) how .txt files are cut into documents.
 
     ``progress(stage, done, total, unit)`` is called with stages ``download``,
     ``tokenizer`` and ``tokenize``. A second call with the same inputs verifies the
@@ -785,13 +850,18 @@ def setup(
     local_path = Path(path).expanduser().resolve() if path is not None else None
     if source == "local" and local_path is None:
         raise PrepareError("--source local needs --path DIR (a folder of .parquet, .jsonl or .txt files)")
+    if documents not in DOCUMENT_RULES:
+        raise PrepareError(f"--documents {documents}: unknown rule; choose one of {', '.join(DOCUMENT_RULES)}")
+    if source != "local" and (val_path is not None or documents != "auto"):
+        raise PrepareError(f"--val-path and --documents apply to --source local, not --source {source}")
+    local_val = Path(val_path).expanduser().resolve() if val_path is not None else None
     if source == "climbmix" and num_train_shards < 1:
         raise PrepareError(f"--num-train-shards {num_train_shards}: must be at least 1")
     report = progress or (lambda stage, done, total, unit: None)
     root = trnf_home(home)
     name = _dataset_name(source, local_path)
     directory = root / "datasets" / name
-    config = _source_fingerprint(source, local_path, num_train_shards)
+    config = _source_fingerprint(source, local_path, num_train_shards, local_val, documents)
 
     try:
         manifest = _reusable(directory, config)
@@ -853,8 +923,15 @@ def _build(source: str, local_path: Path | None, num_train_shards: int, director
         (directory / "manifest.json").unlink(missing_ok=True)
         for stale in shards_dir.glob("*.parquet"):
             stale.unlink()
-        documents = sample_documents() if source == "sample" else local_documents(local_path)  # type: ignore[arg-type]
-        shards = _write_split_shards(shards_dir, documents)
+        if source == "sample":
+            shards = _write_split_shards(shards_dir, sample_documents())
+        else:
+            assert local_path is not None
+            rule = config.get("documents", "auto")
+            val_path = Path(config["val_path"]) if "val_path" in config else None
+            train_files, val_files = _local_split(local_path, val_path)
+            val_docs = local_documents(local_path, rule, val_files) if val_files is not None else None
+            shards = _write_split_shards(shards_dir, local_documents(local_path, rule, train_files), val_documents=val_docs)
 
     train_shards = [p for p, role in shards if role == "train"]
     tokenizer_total = min(_text_size_estimate(train_shards), TOKENIZER_MAX_CHARS)
@@ -1439,7 +1516,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     p_setup = commands.add_parser("setup", help="download or build the data and train the tokenizer")
     p_setup.add_argument("--source", choices=SOURCES, default="climbmix")
-    p_setup.add_argument("--path", default=None, help="folder of .parquet/.jsonl/.txt files (--source local)")
+    p_setup.add_argument("--path", default=None, help="folder or file of .parquet/.jsonl/.txt (--source local)")
+    p_setup.add_argument("--val-path", default=None, help="folder or file of validation documents (--source local; default: 1 in 10 by hash)")
+    p_setup.add_argument("--documents", choices=DOCUMENT_RULES, default="auto", help="how .txt files are cut into documents (--source local)")
     p_setup.add_argument("--num-train-shards", type=int, default=DEFAULT_NUM_TRAIN_SHARDS)
     # The kit's flag. This project ships no pinned tokenizer artifact (its tokenizer is
     # trained from the prepared text, see docs/kit-contract.md), so setup always builds one.
@@ -1455,7 +1534,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "setup":
-            result = setup(args.source, args.path, args.num_train_shards, progress=_print_progress)
+            result = setup(args.source, args.path, args.num_train_shards, progress=_print_progress,
+                           val_path=args.val_path, documents=args.documents)
         else:
             result = eval_public(args.train_py, args.checkpoint, tokens=args.tokens, batch_size=args.batch_size,
                                  seq_len=args.seq_len, device=args.device)

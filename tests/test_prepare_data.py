@@ -116,7 +116,7 @@ def test_local_source_reads_parquet_jsonl_and_txt(sample_home: Path, prepare_mod
 @pytest.mark.parametrize(
     "files, message",
     [
-        (None, "no such directory"),
+        (None, "no such file or directory"),
         ({}, "no .parquet, .jsonl or .txt files"),
         ({"x.jsonl": b'{"body": "hello"}\n'}, r"x.jsonl:1: no \"text\" string"),
         ({"x.jsonl": b"not json\n"}, "x.jsonl:1: not valid JSON"),
@@ -263,3 +263,59 @@ def test_disk_full_is_a_clear_error_with_nothing_trusted(prepare_module, tmp_pat
         prepare_module.setup("local", path=source, home=home)
     assert not list(home.rglob("manifest.json")) and not (home / "active").exists()
     assert not list(home.rglob("*.parquet"))
+
+
+# ---------------------------------------------------------------------------- a user's own split
+
+
+@pytest.mark.parametrize(
+    "rule, expected",
+    [
+        ("line", ["first line", "  second, indented", "third", "fourth"]),
+        ("paragraph", ["first line\n  second, indented", "third\nfourth"]),
+        ("file", ["first line\r\n  second, indented\r\n\r\n \t\nthird\nfourth\n"]),
+    ],
+)
+def test_document_rules_keep_a_users_documents(rule, expected, prepare_module, tmp_path: Path) -> None:
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"first line\r\n  second, indented\r\n\r\n \t\nthird\nfourth\n")
+    assert list(prepare_module.local_documents(path, rule)) == expected
+
+
+def test_parquet_rule_reads_text_rows_and_refuses_other_files(prepare_module, tmp_path: Path) -> None:
+    pq.write_table(pa.table({"text": ["one", "two"], "id": [1, 2]}), tmp_path / "a.parquet")
+    assert list(prepare_module.local_documents(tmp_path, "parquet")) == ["one", "two"]
+    (tmp_path / "b.txt").write_text("three")
+    with pytest.raises(prepare_module.PrepareError, match="b.txt: --documents parquet reads only .parquet"):
+        list(prepare_module.local_documents(tmp_path, "parquet"))
+
+
+def test_val_path_keeps_the_users_split_exactly(tinyshakespeare: Path, prepare_module, tmp_path: Path) -> None:
+    """A validation file inside the training folder is validation only; every paragraph
+    lands in the split its file names, none moved by the hash rule."""
+    paragraphs = [p for p in tinyshakespeare.read_text().split("\n\n") if p.strip()]
+    source = tmp_path / "corpus"
+    source.mkdir()
+    (source / "train.txt").write_text("\n\n".join(paragraphs[:-300]))
+    (source / "valid.txt").write_text("\n\n".join(paragraphs[-300:]))
+    home = tmp_path / "home"
+    result = prepare_module.setup(
+        "local", path=source, home=home, val_path=source / "valid.txt", documents="paragraph"
+    )
+    shards = home / "datasets" / "local-corpus" / "shards"
+    read = lambda pattern: [t for f in sorted(shards.glob(pattern)) for t in pq.read_table(f).column("text").to_pylist()]  # noqa: E731
+    assert read("public_val_*.parquet") == [p.strip("\n") for p in paragraphs[-300:]]
+    assert read("train_*.parquet") == [p.strip("\n") for p in paragraphs[:-300]]
+    assert result["documents"] == len(paragraphs)
+    # Without --val-path, or with another rule, the same folder is another configuration (a rebuild).
+    fingerprint = prepare_module._source_fingerprint
+    chosen = fingerprint("local", source, 1, source / "valid.txt", "paragraph")
+    assert chosen != fingerprint("local", source, 1, None, "paragraph") != fingerprint("local", source, 1)
+    assert fingerprint("local", source, 1) == {"source": "local", "path": str(source), "files": chosen["files"] + [["valid.txt", *chosen["val_files"][0][1:]]]}
+
+
+def test_val_path_and_document_rules_need_a_local_source(prepare_module, tmp_path: Path) -> None:
+    with pytest.raises(prepare_module.PrepareError, match="apply to --source local"):
+        prepare_module.setup("sample", home=tmp_path, documents="line")
+    with pytest.raises(prepare_module.PrepareError, match="unknown rule"):
+        prepare_module.setup("local", path=tmp_path, home=tmp_path, documents="sentence")

@@ -114,7 +114,7 @@ def test_eval_public_imports_a_future_annotations_dataclass_train_py(prepare_mod
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["setup", "--source", "local", "--path", "/nonexistent/corpus"], "no such directory"),
+        (["setup", "--source", "local", "--path", "/nonexistent/corpus"], "no such file or directory"),
         (["setup", "--source", "local"], "needs --path"),
         (["setup", "--num-train-shards", "0"], "must be at least 1"),
         (["eval-public", "--train-py", "/nonexistent/train.py", "--checkpoint", __file__], "--train-py"),

@@ -70,16 +70,23 @@ def run_prepare(
     num_train_shards: int | None = None,
     *,
     show_progress: bool = True,
+    val_path: str | None = None,
+    documents: str | None = None,
 ) -> dict[str, Any]:
     """Prepare a dataset with the selected trusted prepare.py; returns its summary plus
-    ``prepare_path`` and ``prepare_sha256``."""
+    ``prepare_path`` and ``prepare_sha256``. ``val_path`` and ``documents`` (local
+    sources) keep a user's own validation split and documents."""
     contract = load_contract()
     check_choices(contract, source, path, num_train_shards)
+    if source != "local" and (val_path is not None or documents is not None):
+        raise UsageError(f"--val-path and --documents apply to --source local, not --source {source}")
     setup = getattr(contract.module, "setup", None)
     if not callable(setup):
         summary = _run_setup_cli(contract, source, path, num_train_shards)
     else:
-        kwargs = _setup_arguments(contract, setup, source, path, num_train_shards)
+        kwargs = _setup_arguments(
+            contract, setup, source, path, num_train_shards, {"val_path": val_path, "documents": documents}
+        )
         prepare_error = getattr(contract.module, "PrepareError", None)
         try:
             with rich_progress(show_progress) as progress:
@@ -112,10 +119,11 @@ def _parameters(function: Callable[..., Any]) -> set[str]:
 
 
 def _setup_arguments(contract: TrustedContract, setup: Callable[..., Any], source: str, path: str | None,
-                     num_train_shards: int | None) -> dict[str, Any]:
+                     num_train_shards: int | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Only the arguments this prepare.py's setup() accepts; a choice it cannot honour is an error."""
     accepted = _parameters(setup)
-    wanted = {"source": source if source != "climbmix" else None, "path": path, "num_train_shards": num_train_shards}
+    wanted = {"source": source if source != "climbmix" else None, "path": path, "num_train_shards": num_train_shards,
+              **(extra or {})}
     kwargs: dict[str, Any] = {}
     for name, value in wanted.items():
         if value is None:

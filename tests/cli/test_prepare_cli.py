@@ -59,8 +59,8 @@ def test_table_lists_every_figure(sample_home: Path, projects_prepare: Path, cap
 def test_bad_local_path_is_one_line(projects_prepare: Path, tmp_path: Path, capsys) -> None:
     code, out, err = run_cli(["prepare", "--source", "local", "--path", str(tmp_path / "missing")], capsys)
     assert code == 1 and out == ""
-    assert err.strip().splitlines() == [f"trnf: error: --path {tmp_path / 'missing'}: no such directory; "
-                                        "give a folder of .parquet, .jsonl or .txt files"]
+    assert err.strip().splitlines() == [f"trnf: error: --path {tmp_path / 'missing'}: no such file or directory; "
+                                        "give a folder or file of .parquet, .jsonl or .txt"]
 
 
 def test_another_prepare_py_is_used_and_fingerprinted(tmp_path: Path, monkeypatch, restore_prepare_module, capsys) -> None:
@@ -85,6 +85,8 @@ def test_another_prepare_py_is_used_and_fingerprinted(tmp_path: Path, monkeypatc
         (["--source", "sample", "--path", "somewhere"], "--path applies to --source local"),
         (["--source", "sample", "--num-train-shards", "2"], "--num-train-shards applies to --source climbmix"),
         (["--num-train-shards", "0"], "--num-train-shards 0: must be at least 1"),
+        (["--source", "sample", "--documents", "line"], "--val-path and --documents apply to --source local"),
+        (["--val-path", "v.txt"], "--val-path and --documents apply to --source local"),
     ],
 )
 def test_contradictory_choices_are_usage_errors_on_one_line(args: list[str], expected: str, projects_prepare: Path, tmp_path: Path, monkeypatch, capsys) -> None:
@@ -104,3 +106,21 @@ def test_unwritable_home_is_one_line(projects_prepare: Path, tmp_path: Path, mon
     assert err.splitlines() == [err.strip()] and "cannot write the data under" in err and "Traceback" not in err
     code, _, err = run_cli(["--home", str(blocker), "prepare", "--source", "sample"], capsys)
     assert code == 2 and err.strip() == f"trnf: error: --home / TRNF_HOME {blocker}: not a directory; give the data and cache folder"
+
+
+def test_local_with_a_validation_file_and_a_document_rule(
+    projects_prepare: Path, tinyshakespeare: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    lines = tinyshakespeare.read_text().splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:-2000]))
+    (tmp_path / "val.txt").write_text("\n".join(lines[-2000:]))
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path / "home"))
+    code, out, _ = run_cli(
+        ["prepare", "--source", "local", "--path", str(tmp_path / "train.txt"), "--val-path", str(tmp_path / "val.txt"),
+         "--documents", "line", "--json"],
+        capsys,
+    )
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["documents"] == sum(1 for line in lines if line.strip())
+    assert summary["dataset"] == "local-train.txt" and summary["public_val_tokens"] > 0

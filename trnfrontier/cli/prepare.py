@@ -13,12 +13,23 @@ from trnfrontier.data_prep import run_prepare
 
 def command(
     source: str = typer.Option("climbmix", "--source", help="climbmix (download), local (--path DIR) or sample (offline)."),
-    path: str | None = typer.Option(None, "--path", help="Folder of .parquet/.jsonl/.txt files for --source local."),
+    path: str | None = typer.Option(None, "--path", help="Folder or file of .parquet/.jsonl/.txt for --source local."),
+    val_path: str | None = typer.Option(
+        None, "--val-path", help="--source local: folder or file of validation documents (default: 1 in 10 by hash)."
+    ),
+    documents: str | None = typer.Option(
+        None,
+        "--documents",
+        help="--source local: how .txt files become documents: auto (paragraphs merged to ~4,000 chars), "
+        "line, paragraph, file, or parquet (the `text` column of .parquet files).",
+    ),
     num_train_shards: int | None = typer.Option(None, "--num-train-shards", help="ClimbMix training shards to download."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Download or build the data, train the tokenizer and pre-tokenize (idempotent)."""
-    summary = run_prepare(source, path, num_train_shards, show_progress=True)
+    summary = run_prepare(
+        source, path, num_train_shards, show_progress=True, val_path=val_path, documents=documents
+    )
     if json_output:
         print_json(summary)
     else:
