@@ -229,7 +229,7 @@ def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, option
     if claimed.get("split", "public_val") not in ("public_val", "val"):
         return failed("rerun-eval", f"claimed split {claimed.get('split')!r} is not the public validation split")
     try:
-        tokenizer = scorer.ensure_tokenizer()  # before the server starts: no data, no point
+        tokenizer = scorer.tokenizer()  # before the server starts: no data, no point
     except Exception as exc:  # noqa: BLE001 - the trusted file's own errors (no prepared dataset, ...)
         return failed("rerun-eval", f"evaluation failed: {type(exc).__name__}: {exc}")
     try:

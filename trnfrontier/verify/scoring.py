@@ -15,10 +15,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trnfrontier.runtime import prepare_calls
 from trnfrontier.verify.modelcheck import check_model
 from trnfrontier.verify.served import ServedModel, ServerError, remote_module
 
-EVAL_SEQ_LEN = 1024  # the contract's evaluation length, when a claim does not name one
+EVAL_SEQ_LEN = int(prepare_calls.CONTRACT_DEFAULTS["EVAL_SEQ_LEN"])  # the contract's evaluation length, when a claim names none
 EVAL_BATCH_SIZE = 4
 
 
@@ -42,19 +43,30 @@ class TrustedScorer:
     @classmethod
     def capture(cls, module: ModuleType, path: Path) -> TrustedScorer:
         return cls(module, path, getattr(module, "evaluate_bpb", None), getattr(module, "ensure_tokenizer", None),
-                   int(getattr(module, "TOKENIZER_VOCAB_SIZE", 8192)), _identities(module))
+                   int(prepare_calls.constant(module, "TOKENIZER_VOCAB_SIZE")), _identities(module))
 
     def tampered(self) -> list[str]:
         now = _identities(self.module)
         return sorted(n for n in set(now) | set(self.snapshot) if now.get(n) != self.snapshot.get(n))
 
-    def evaluate(self, served: ServedModel, tokenizer: Any, *, seq_len: int, tokens: int) -> dict[str, Any]:
-        """The captured ``evaluate_bpb`` on the served model (positional as the kit calls it)."""
-        model = remote_module(served)
-        result = dict(self.evaluate_bpb(model, tokenizer, EVAL_BATCH_SIZE, seq_len, "cpu", split="public_val", max_tokens=tokens))
+    def _untouched(self) -> None:
         changed = self.tampered()
         if changed:
-            raise ServerError(f"the trusted prepare module changed during scoring ({', '.join(changed[:4])}); the score is void")
+            raise ServerError(f"the trusted prepare module changed ({', '.join(changed[:4])}); the score is void")
+
+    def tokenizer(self) -> Any:
+        """The trusted ``ensure_tokenizer()``, through the one adapter (``runtime.prepare_calls``)."""
+        self._untouched()
+        return prepare_calls.ensure_tokenizer(self.module)
+
+    def evaluate(self, served: ServedModel, tokenizer: Any, *, seq_len: int, tokens: int) -> dict[str, Any]:
+        """The captured ``evaluate_bpb`` on the served model, called as the kit calls it (``prepare_calls``);
+        the module is checked to still hold exactly the captured objects before and after."""
+        model = remote_module(served)
+        self._untouched()
+        result = dict(prepare_calls.evaluate_bpb(self.module, model, tokenizer, EVAL_BATCH_SIZE, seq_len, "cpu",
+                                                 split="public_val", max_tokens=tokens))
+        self._untouched()
         return result
 
 
