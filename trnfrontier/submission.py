@@ -200,6 +200,9 @@ def write_deterministic_tar(members: Mapping[str, Path | bytes], out_path: Path)
         fsync_dir(out_path.parent)
     except OSError as exc:
         if not is_disk_full(exc):
+            if exc.filename is not None and os.fspath(exc.filename) == os.fspath(partial):
+                # The user named out_path (-o); the temporary name beside it is ours.
+                raise OSError(exc.errno, exc.strerror, str(out_path)) from None
             raise
         partial.unlink(missing_ok=True)
         raise DiskFullError(out_path, _tar_size(members), "the archive") from None

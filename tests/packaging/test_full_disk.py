@@ -99,3 +99,22 @@ def test_verify_with_a_real_full_temp_tmpfs(archive: Path, tmp_path: Path) -> No
     line = _one_error_line(done.stderr)
     assert done.returncode not in (0, 99) and "disk full writing verify's copy" in line, done.stderr
     assert "corrupt" not in done.stderr
+
+
+def test_package_onto_a_read_only_folder_names_the_archive(run_copy: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """The archive is written beside its target under a temporary name; the error names the
+    file the user asked for (-o), not that temporary one."""
+    out = tmp_path / "out" / "submission.tar"
+    out.parent.mkdir()
+    real_open = tarfile.open
+
+    def read_only_open(name: object = None, *args: object, **kwargs: object) -> tarfile.TarFile:
+        if name is not None and Path(str(name)).parent == out.parent:
+            raise OSError(errno.EROFS, "Read-only file system", str(name))
+        return real_open(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tarfile, "open", read_only_open)
+    code, _, err = run_cli(["package", str(run_copy), "-o", str(out), "--force"], capsys)
+    line = _one_error_line(err)
+    assert code != 0 and line.startswith(f"trnf: error: {out}: Read-only file system"), line
+    assert list(out.parent.iterdir()) == []
