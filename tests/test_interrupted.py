@@ -142,6 +142,8 @@ def test_the_final_evaluation_phase_is_shown(sample_home: Path, tmp_path: Path, 
     plan = training.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
     plan.command = [sys.executable, str(worker), str(plan.run_dir)]
     training.run_plan(plan, live=True, poll_seconds=0.05)
-    assert "final evaluation: 2,048 tokens" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "final evaluation: 2,048 tokens" in err
+    assert err.index("step 1  loss 9.0000") < err.index("final evaluation:")  # in the order they happened
     watch = training.PhaseWatch(plan.run_dir / "train.log")
     assert watch.read() is None  # only lines written after it started count

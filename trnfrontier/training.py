@@ -481,13 +481,14 @@ class _Follower:
         last = self.last
         if self.display is not None:
             self.display.update(live_view(last, self.budget, self.run_dir, self.started, self.best_val, self.watch))
-        elif self.live and announced is not None:
-            self.console.print(announced)
-        elif (
-            self.live
-            and last is not None
+            return
+        if not self.live:
+            return
+        # The last step before a phase announcement first, so the lines read in order.
+        if (
+            last is not None
             and last["step"] != self.noted_step
-            and (finished or time.time() - self.last_note >= 30)
+            and (finished or announced is not None or time.time() - self.last_note >= 30)
         ):
             loss = last.get("loss")
             self.console.print(
@@ -495,6 +496,8 @@ class _Follower:
                 f"charged {last.get('charged_seconds') or 0:.0f}/{self.budget:g} s"
             )
             self.last_note, self.noted_step = time.time(), last["step"]
+        if announced is not None:
+            self.console.print(announced)
 
 
 def _run_locked(
