@@ -26,6 +26,30 @@ def test_every_command_is_registered(capsys: pytest.CaptureFixture[str]) -> None
         assert command in out
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["runs", "--help"], ["compare", "--help"]])
+def test_help_paragraphs_flow(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A docstring's source line breaks do not survive into the help: on a terminal wide enough,
+    each command's summary (and each paragraph) is one line, not ragged at the source's wrap."""
+    import typer.main
+
+    from trnfrontier.cli.app import app
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0
+    command = typer.main.get_command(app)
+    for name in argv[:-1]:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    subcommands = getattr(command, "commands", {}).values()
+    # A group's help lists each subcommand's first paragraph; a command's shows all of its own.
+    shown = [sub.help.split("\n\n")[0] for sub in subcommands] or command.help.split("\n\n")
+    paragraphs = [p for p in shown if "\n" in p.strip()]
+    assert paragraphs, "no wrapped docstring left to check"
+    for paragraph in paragraphs:
+        flowed = " ".join(paragraph.split())
+        assert any(flowed in line for line in out.splitlines()), (flowed, out)
+
+
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["no-such-command"], capsys)
     assert code == 2

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
+import typer.main
 
 from trnfrontier import __version__
 from trnfrontier.cli import compare as compare_cmd
@@ -103,10 +106,30 @@ app.add_typer(runs_cmd.app, name="runs")
 app.command("compare")(compare_cmd.command)
 
 
+def _flow_help(command: Any) -> None:
+    """Join the hard-wrapped lines of every help paragraph, in this command and below it.
+
+    Docstrings wrap at the source's line length; Typer's rich help keeps those breaks in the
+    `trnf --help` command list and in later paragraphs, so lines came out ragged. Paragraphs
+    (blank-line separated) stay apart."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for sub in getattr(command, "commands", {}).values():
+        _flow_help(sub)
+
+
+def cli_command() -> Any:
+    """The click command `trnf` runs: the Typer app with its help paragraphs flowed."""
+    command = typer.main.get_command(app)
+    _flow_help(command)
+    return command
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one clear line and an exit code, never a traceback for bad input."""
     try:
-        result = app(args=argv, prog_name="trnf", standalone_mode=False)
+        result = cli_command()(args=argv, prog_name="trnf", standalone_mode=False)
     except TrnfError as exc:
         sys.stderr.write(f"trnf: error: {exc}\n")
         sys.exit(exc.exit_code)

@@ -12,7 +12,7 @@ from trnfrontier.errors import UsageError
 
 def command(
     ctx: typer.Context,
-    recipe: str | None = typer.Argument(None, help="Recipe file or shipped name (cpu_smoke, baseline_d10, muon_gqa)."),
+    recipe: str | None = typer.Argument(None, help="Recipe file or shipped name (`trnf recipes list` shows them)."),
     steps: int = typer.Option(10, "--steps", min=1, help="Measured steps (each also timed once phase-split)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed steps first (compilation, allocator warm-up)."),
     trace: Path | None = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace of the profiled steps here."),

@@ -28,7 +28,7 @@ def _rerun_command(
 def command(
     ctx: typer.Context,
     recipe: str | None = typer.Argument(
-        None, help="Recipe YAML path or shipped name (cpu_smoke, baseline_d10, muon_gqa)."
+        None, help="Recipe YAML path or shipped name (`trnf recipes list` shows them)."
     ),
     out_dir: Path | None = typer.Option(None, "--out", help="Run directory (default runs/<name>)."),
     name: str | None = typer.Option(None, "--name", help="Run name: the run goes to runs/NAME."),
