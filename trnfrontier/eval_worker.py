@@ -38,7 +38,7 @@ import torch
 from trnfrontier.errors import TrnfError
 from trnfrontier.eval_spec import WorkerSpec
 from trnfrontier.runtime import prepare_calls
-from trnfrontier.trusted_prepare import load_contract
+from trnfrontier.trusted_prepare import load_contract, tokenizer_sha256_of
 
 # Tolerances for the batch-independence check, relative to the logits' magnitude. A row
 # evaluated alone and inside a batch may legitimately differ by matmul blocking order
@@ -259,7 +259,9 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
         tokenizer = prepare_calls.ensure_tokenizer(prepare)
     except Exception as exc:
         raise WorkerError("data", f"no tokenizer for the active dataset ({_one_line(exc)}); run `trnf prepare` first") from None
-    current = {"prepare_sha256": contract.sha256, "tokenizer_sha256": getattr(tokenizer, "sha256", None)}
+    # The organisers' Tokenizer carries no SHA256: its pin is the artifact beside their prepare.py.
+    tokenizer_sha = getattr(tokenizer, "sha256", None) or tokenizer_sha256_of(contract.path)[0]
+    current = {"prepare_sha256": contract.sha256, "tokenizer_sha256": tokenizer_sha}
     result: dict[str, Any] = {"device": str(device), "prepare_path": str(contract.path), **current}
 
     started = time.perf_counter()

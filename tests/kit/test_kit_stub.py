@@ -62,6 +62,7 @@ def test_train_eval_package_and_verify_a_kit_run(kit: dict[str, Path]) -> None:
     assert scored.returncode == 0, scored.stderr[-3000:]
     [result] = json.loads(scored.stdout)["results"]
     assert result["status"] == "ok" and result["num_tokens"] == EVAL_TOKENS
+    assert result["tokenizer_sha256"] == summary["tokenizer_sha256"] is not None  # the kit's pinned artifact
     public = subprocess.run([sys.executable, "prepare.py", "eval-public", "--train-py", "train.py", "--checkpoint", str(checkpoint),
                              "--eval-tokens", str(EVAL_TOKENS), "--seq-len", "64", "--batch-size", "4"],
                             cwd=kit["kit"], env=_env(kit), capture_output=True, text=True, timeout=600)
