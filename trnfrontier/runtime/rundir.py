@@ -91,8 +91,8 @@ def exit_code_for(status: str | None) -> int:
 
 
 class RunSummary(TypedDict, total=False):
-    """summary.json. A completed or diverged recipe run has every key below ``status``..
-    ``resumed_from``; a crashed run only ``name``, ``status``, ``error``, ``val_bpb``,
+    """summary.json. A completed or diverged recipe run has every key below except
+    ``error``, ``run_dir`` and ``exit_code``; a crashed run only ``name``, ``status``, ``error``, ``val_bpb``,
     ``last_good_checkpoint`` (+ ``versions`` when the trainer wrote it); kit runs add keys
     of their own. The parent process adds ``run_dir`` and ``exit_code`` to what it returns."""
 
