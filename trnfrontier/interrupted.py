@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.hints import trnf_line
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
@@ -68,7 +69,7 @@ def stop_message(run_dir: Path, rerun: str) -> str:
         step = checkpoint_meta(latest).get("step", "?")
         return (
             f"training stopped; continue it from {latest.relative_to(run_dir)} (step {step}) "
-            f"with `trnf train --resume {run_dir}`"
+            f"with `{trnf_line('train', '--resume', str(run_dir))}`"
         )
     return (
         f"training stopped before its first checkpoint, so there is nothing to resume; "

@@ -11,6 +11,7 @@ from trnfrontier.cli import modes
 from trnfrontier.cli.modes import check_mode
 from trnfrontier.console import out, print_json
 from trnfrontier.errors import UsageError
+from trnfrontier.hints import trnf_line
 
 if TYPE_CHECKING:  # the packaging library imports torch; the command imports it when it runs
     from trnfrontier.packaging.build import PackageResult
@@ -30,7 +31,7 @@ def _report(result: PackageResult, json_output: bool) -> None:
     )
     for reason in result.manifest.get("forced", []):
         console.print(f"[yellow]forced[/]: {reason}")
-    console.print(f"next: trnf verify {result.archive}")
+    console.print(f"next: {trnf_line('verify', str(result.archive))}")
 
 
 def command(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import typer
@@ -12,6 +11,7 @@ from trnfrontier.cli import modes
 from trnfrontier.cli.modes import check_mode
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError
+from trnfrontier.hints import trnf_line
 from trnfrontier.runtime.rundir import COMPLETED, CRASHED, DIVERGED
 
 
@@ -19,10 +19,10 @@ def _rerun_command(
     recipe: str | None, extras: list[str], run_dir: Path, nproc: int | None, lnc: int | None
 ) -> str:
     """The `trnf train` line that starts this run again in the same directory."""
-    argv = ["trnf", "train", *([recipe] if recipe else []), *extras, "--out", str(run_dir)]
+    argv = ["train", *([recipe] if recipe else []), *extras, "--out", str(run_dir)]
     argv += ["--nproc", str(nproc)] if nproc is not None else []
     argv += ["--lnc", str(lnc)] if lnc is not None else []
-    return shlex.join(argv)
+    return trnf_line(*argv)
 
 
 def command(

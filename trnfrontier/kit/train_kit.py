@@ -25,7 +25,6 @@ Where things happen (decided so that a kit run behaves exactly like the organise
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import UsageError
+from trnfrontier.hints import trnf_line
 from trnfrontier.kit import launch, logs, preflight, summary
 from trnfrontier.runtime import budget_rule
 from trnfrontier.runtime.atomic import atomic_write_json
@@ -133,13 +133,13 @@ def _interrupted_attempt(run_dir: Path) -> bool:
 
 def rerun_command(options: KitOptions, run_dir: Path) -> str:
     """The `trnf train --train-py` line that starts this run again in ``run_dir``."""
-    argv = ["trnf", "train", "--train-py", str(options.train_py), "--nproc", str(options.nproc),
+    argv = ["train", "--train-py", str(options.train_py), "--nproc", str(options.nproc),
             "--lnc", str(options.lnc), "--out", str(run_dir)]
     if options.timeout is not None:
         argv += ["--timeout", f"{options.timeout:g}"]
     if options.args:
         argv += ["--", *options.args]
-    return shlex.join(argv)
+    return trnf_line(*argv)
 
 
 def find_checkpoint(root: Path, since: float, exclude: Path) -> Path | None:
