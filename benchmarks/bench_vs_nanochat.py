@@ -225,7 +225,16 @@ def peak_rss_child(side: str, steps: int, queue: Any) -> None:
     data = batches(prepare, tokenizer, 0)
     for _ in range(steps):
         model.step(*next(data))
-    queue.put(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    queue.put(peak_rss_mib())
+
+
+def peak_rss_mib() -> float:
+    """This process's resident high-water mark. VmHWM, not ru_maxrss: Linux carries
+    ru_maxrss across exec, so a spawned child would report its parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def load_data() -> tuple[Any, Any]:
