@@ -18,6 +18,7 @@ from rich.text import Text
 
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.hints import trnf_line
 from trnfrontier.kit.dryrun import STAGES, DryRunReport, dry_run_kit
 from trnfrontier.kit.train_kit import (
     KitInterrupted,
@@ -111,7 +112,8 @@ def kit_command(
 
         report_finished_run(run.run_dir, quiet=json_output)
         checkpoint = run.summary["final_checkpoint"]
-        err().print(f"run directory {run.run_dir}; score it: trnf eval --train-py {train_py} --checkpoint {checkpoint}")
+        score = trnf_line("eval", "--train-py", str(train_py), "--checkpoint", str(checkpoint))
+        err().print(f"run directory {run.run_dir}; score it: {score}")
         return
 
     validate_shape(nproc, lnc)
