@@ -263,8 +263,6 @@ def test_eval_equals_the_trainers_recorded_val_bpb(sample_home: Path, tmp_path: 
         "eval.tokens=4096", "eval.seq_len=64", "eval.batch_size=8", "runtime.threads=1", "run.checkpoint_every_seconds=null",
     ]
     code, _, err = run_cli(["train", "cpu_smoke", "--out", str(tmp_path / "run"), *overrides], capsys)
-    if "not built yet" in err:
-        pytest.skip("`trnf train` has not landed (issue #3)")
     assert code == 0, err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     code, out, err = run_cli(["eval", str(tmp_path / "run"), "--json"], capsys)
