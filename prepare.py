@@ -1203,7 +1203,8 @@ def make_dataloader(
     rank: int | None = None,
     world_size: int | None = None,
 ) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
-    """Yield ``(inputs, targets, state)``: int64 [B, T] tensors packed from whole documents.
+    """Yield ``(inputs, targets, state)``: int32 inputs and int64 targets, [B, T], packed
+    from whole documents (the organisers' dtypes: int32 ids feed the embedding, int64 the loss).
 
     Each row of T+1 tokens starts at a document's BOS. Documents are packed best-fit: the
     longest buffered document that fits the space left; when none fits, the oldest one is
@@ -1261,7 +1262,7 @@ def make_dataloader(
             batch = batch.pin_memory()
         batch = batch.to(device, non_blocking=use_pinned)
         state_out = {"epoch": epoch, "file": file, "doc": doc, "buffer": buffer.state()}
-        yield batch[:, :-1], batch[:, 1:], state_out
+        yield batch[:, :-1].to(torch.int32), batch[:, 1:], state_out
 
 
 # ---------------------------------------------------------------------------- evaluation
