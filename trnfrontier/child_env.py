@@ -15,24 +15,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
-HOME_ENV = "TRNF_HOME"
-DEFAULT_HOME = "~/.cache/trnfrontier"
+from trnfrontier.runtime.data_home import HOME_ENV, data_home
+
+__all__ = ["child_env", "data_env", "data_home"]
+
 # Forwarded as they are when set: the prepared dataset to read, the trusted prepare.py.
 FORWARDED = ("TRNF_DATASET", "TRNF_PREPARE")
 # The organisers' variables (KIT-CONTRACT.md): their prepare.py's data root and step log,
 # their train.py's flag defaults (NUM_STEPS, EVAL_PUBLIC, ...). All forwarded when set.
 KIT_PREFIX = "NEURON_COMPETITION_R1_"
-KIT_CACHE_DIR_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
-
-
-def data_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The data/cache root this process uses: ``$NEURON_COMPETITION_R1_CACHE_DIR``, else
-    ``$TRNF_HOME``, else ``~/.cache/trnfrontier`` (prepare.py's rule), as an absolute path."""
-    environ = os.environ if environ is None else environ
-    chosen = environ.get(KIT_CACHE_DIR_ENV) or environ.get(HOME_ENV) or DEFAULT_HOME
-    return Path(chosen).expanduser().resolve()
 
 
 def data_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.runtime.atomic import atomic_write_json, fsync_dir
+from trnfrontier.runtime.data_home import data_home
 from trnfrontier.runtime.rundir import PROVENANCE_FILE
 
 # Variables that change what a run computes or how fast (compiler flags, core layout,
@@ -77,7 +78,7 @@ def data_identity(dataset: str | None, home: Path | None = None) -> dict[str, An
     the active one) and a short hash of its validation shards' SHA256s, so that scores
     on different validation data are never compared. Unknown parts are None (a kit's
     own prepare.py keeps its data elsewhere)."""
-    root = home or Path(os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier").expanduser()
+    root = home or data_home()
     name = dataset or os.environ.get("TRNF_DATASET")
     if not name:
         try:

@@ -17,6 +17,7 @@ from typing import Any
 
 from trnfrontier.errors import TrnfError
 from trnfrontier.ledger.reader import RunEntry
+from trnfrontier.runtime.data_home import data_home
 
 LEDGER_ENV = "TRNF_LEDGER"
 SCHEMA_VERSION = 1
@@ -48,8 +49,7 @@ def ledger_path() -> Path:
     chosen = os.environ.get(LEDGER_ENV)
     if chosen:
         return Path(chosen).expanduser()
-    home = Path(os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier").expanduser()
-    return home / "ledger.sqlite"
+    return data_home() / "ledger.sqlite"
 
 
 class Ledger:

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from trnfrontier.runtime.data_home import data_home
+
 COMPILE_ENV = "TRNF_COMPILE"
 # Cache variables torch reads, each pointed at a folder under the data home when unset.
 CACHE_ENVS = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
@@ -52,11 +54,6 @@ def compile_enabled(
 
 def compile_backend(device_type: str) -> str:
     return "neuron" if device_type == "neuron" else "inductor"
-
-
-def data_home(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$TRNF_HOME``, else ``~/.cache/trnfrontier`` (prepare.py's rule)."""
-    return Path(environ.get("TRNF_HOME") or "~/.cache/trnfrontier").expanduser()
 
 
 def use_cache_under_home(environ: dict[str, str] | None = None) -> Path:
