@@ -124,29 +124,12 @@ def write_provenance(run_dir: Path, provenance: dict[str, Any]) -> None:
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line durably; a reader skips a torn last line (see ``read_lines``)."""
+    """Append one JSON line durably; a reader skips a torn last line (see ``rundir.read_jsonl``)."""
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     fsync_dir(path.parent)
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a .jsonl file; an unreadable line (a write cut short) is skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.ledger.provenance import read_json, read_lines
+from trnfrontier.ledger.provenance import read_json
 from trnfrontier.runtime.rundir import (
     FINAL_DIR,
     METRICS_FILE,
@@ -22,6 +22,7 @@ from trnfrontier.runtime.rundir import (
     RECIPE_FILE,
     SCORES_FILE,
     SUMMARY_FILE,
+    read_jsonl,
 )
 
 # Keys that name a run rather than configure it: runs differing only here are seeds of
@@ -143,8 +144,8 @@ def read_run(run_dir: Path) -> RunEntry | None:
     train = _train_score(summary, prov, finished or created)
     if train is not None:
         scores.append(train)
-    scores.extend(s for s in read_lines(run_dir / SCORES_FILE) if isinstance(s.get("val_bpb"), (int, float)))
-    official = [o for o in read_lines(run_dir / OFFICIAL_FILE) if isinstance(o.get("official"), (int, float))]
+    scores.extend(s for s in read_jsonl(run_dir / SCORES_FILE) if isinstance(s.get("val_bpb"), (int, float)))
+    official = [o for o in read_jsonl(run_dir / OFFICIAL_FILE) if isinstance(o.get("official"), (int, float))]
     return RunEntry(run=run, recipe=recipe, scores=scores, official=official)
 
 
@@ -188,4 +189,4 @@ def run_dir_of(path: Path) -> Path | None:
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's logged steps (for loss curves)."""
-    return read_lines(Path(run_dir) / METRICS_FILE)
+    return read_jsonl(Path(run_dir) / METRICS_FILE)

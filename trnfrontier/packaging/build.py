@@ -28,11 +28,10 @@ from trnfrontier.packaging.writeup import (
     curve_caption,
     loss_curve_png,
     read_loss_points,
-    read_metrics,
     recipe_differences,
     render_writeup,
 )
-from trnfrontier.runtime.rundir import KIT_FILE, META_FILE, MODEL_FILE, SUMMARY_FILE
+from trnfrontier.runtime.rundir import KIT_FILE, META_FILE, MODEL_FILE, SUMMARY_FILE, read_jsonl
 from trnfrontier.trusted_prepare import project_root_file
 from trnfrontier.verify.launch import NPROC_CHOICES, LaunchError, launch_line, parse_launch
 from trnfrontier.verify.pins import load_pins
@@ -240,7 +239,7 @@ def add_writeup(
     keep_marker: bool = False,
 ) -> None:
     """WRITEUP.md and, when there is a logged loss, loss_curve.png."""
-    records = read_metrics(metrics) if metrics else []
+    records = read_jsonl(metrics) if metrics else []
     points = read_loss_points(metrics) if metrics else []
     png = loss_curve_png(records, facts) if points else None
     if png is not None:

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.runtime.rundir import read_jsonl
+
 # Where generated facts go inside a team's --writeup file; without it they go after the text.
 FACTS_MARKER = "<!-- trnf:facts -->"
 
@@ -18,25 +20,10 @@ FACTS_MARKER = "<!-- trnf:facts -->"
 # ---------------------------------------------------------------------------- loss curve
 
 
-def read_metrics(metrics: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl (missing file: none; a torn or foreign line is skipped)."""
-    records: list[dict[str, Any]] = []
-    if not metrics.is_file():
-        return records
-    for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
 def read_loss_points(metrics: Path) -> list[tuple[float, float]]:
     """(step, loss) of every finite logged loss in a metrics.jsonl (missing file: none)."""
     points = []
-    for record in read_metrics(metrics):
+    for record in read_jsonl(metrics):
         try:
             step, loss = float(record["step"]), float(record["loss"])
         except (ValueError, KeyError, TypeError):

@@ -135,6 +135,24 @@ class RunSummary(TypedDict, total=False):
     exit_code: int
 
 
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The JSON objects of a .jsonl file of a run (metrics, scores): a missing or unreadable
+    file gives none; a torn line (a write cut short by a kill) or a non-object is skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    records: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The run's summary.json as a dict, or None when it is missing or unreadable."""
     try:
