@@ -7,7 +7,7 @@ imported lazily so that ``python prepare.py --help`` and ``import prepare`` are 
 Command line:
 
     python prepare.py setup [--source climbmix|local|sample] [--path DIR] [--num-train-shards N]
-                            [--build-tokenizer-if-missing]
+                            [--tokenizer auto|shipped|trained] [--build-tokenizer-if-missing]
     python prepare.py eval-public --train-py PATH --checkpoint PATH [--tokens N] [--seq-len N]
                                   [--batch-size N] [--device cpu]
 
@@ -19,13 +19,17 @@ The surface a train.py may use is the organisers' (KIT-CONTRACT.md): the constan
 what the trnf tool uses from its own copy; it never requires them from another prepare.py.
 
 Data layout under ``$NEURON_COMPETITION_R1_CACHE_DIR``, else ``$TRNF_HOME`` (default
-``~/.cache/trnfrontier``)::
+``~/.cache/trnfrontier``). ``data/`` and ``tokenizer/`` are where the organisers' kit keeps
+its shards and unpacked tokenizer, so shards one prepare.py downloaded the other reuses::
 
-    active                          the dataset name used when TRNF_DATASET is unset
-    datasets/<name>/shards/*.parquet    source text (`text` column)
-    datasets/<name>/tokens/*.bin        uint16 token ids, each document starting with BOS
-    datasets/<name>/tokenizer/tokenizer.pkl
+    data/shard_00000.parquet ...        ClimbMix shards (`text` column); shard_06542 is validation
+    tokenizer/tokenizer.pkl             unpacked from artifacts/tokenizer.zip (SHA256-pinned,
+    tokenizer/token_bytes.pt              beside this file), with each token's byte length
+    active                              the dataset name used when TRNF_DATASET is unset
     datasets/<name>/manifest.json       written last: a dataset without it is not trusted
+    datasets/<name>/tokens/*.bin        uint16 token ids, each document starting with BOS
+    datasets/<name>/shards/*.parquet    source text of --source local and sample
+    datasets/<name>/tokenizer/          a tokenizer of the dataset's own (see TOKENIZER_CHOICES)
 
 Bad input raises ``PrepareError`` (one line: what is wrong, where; what to do).
 """
@@ -65,6 +69,17 @@ VAL_SHARD = 6542
 # The official runner's step-boundary log and the kit's data/tokenizer root.
 STEP_LOG_ENV = "NEURON_COMPETITION_R1_STEP_LOG"
 CACHE_DIR_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
+
+# The tokenizer this file ships and pins, as the organisers' kit ships theirs: a zip in
+# artifacts/ beside prepare.py (built by scripts/build_tokenizer_artifact.py). The kit's is
+# a BPE trained on ClimbMix; ours is trained on the offline sample corpus (Python's
+# documentation), the only text the project reaches offline. Same vocabulary and specials.
+TOKENIZER_ARTIFACT = "artifacts/tokenizer.zip"
+TOKENIZER_ARTIFACT_MEMBER = "tokenizer.pkl"
+TOKENIZER_ARTIFACT_SHA256 = "00249cf456b31dea93a32845a97f76f9efe3b53ff7691a5f137075a33251d66f"
+# Which tokenizer a dataset uses: shipped (the artifact), trained (a BPE of the dataset's
+# own training text), auto (shipped for climbmix and sample, trained for local).
+TOKENIZER_CHOICES = ("auto", "shipped", "trained")
 
 SPECIAL_TOKENS = ("<|bos|>", "<|reserved_0|>", "<|reserved_1|>", "<|reserved_2|>")
 BOS_TOKEN = SPECIAL_TOKENS[0]
@@ -202,7 +217,10 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 class Tokenizer:
-    """A tiktoken Encoding built from rustbpe-trained ranks, with the specials at the top ids."""
+    """A tiktoken Encoding built from rustbpe-trained ranks, with the specials at the top ids.
+
+    ``sha256`` is what trnf records and pins for it: from ``ensure_tokenizer`` the dataset's
+    ``tokenizer_pin`` (the shipped artifact's SHA256), from ``from_directory`` the file's."""
 
     def __init__(self, encoding: Any, sha256: str | None = None) -> None:
         self.enc = encoding
@@ -293,29 +311,79 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = TOKENIZER_VOCAB_SIZE
     return pickle.dumps(spec, protocol=4)
 
 
+def tokenizer_artifact_path() -> Path:
+    """The tokenizer artifact this prepare.py ships beside itself."""
+    return Path(__file__).resolve().parent / TOKENIZER_ARTIFACT
+
+
+def read_tokenizer_artifact(path: str | os.PathLike[str] | None = None) -> tuple[bytes, str]:
+    """(the tokenizer file inside the shipped artifact, the artifact's SHA256), after checking
+    that SHA256 against ``TOKENIZER_ARTIFACT_SHA256``. A missing, unreadable or different
+    artifact raises PrepareError."""
+    import io
+    import zipfile
+
+    artifact = Path(path) if path is not None else tokenizer_artifact_path()
+    fix = ("restore the file from the project (`git checkout -- artifacts/`), or pass "
+           "--build-tokenizer-if-missing to train a tokenizer from the data instead")
+    try:
+        blob = artifact.read_bytes()
+    except FileNotFoundError:
+        raise PrepareError(f"tokenizer artifact {artifact} is missing; {fix}") from None
+    except OSError as exc:
+        raise PrepareError(f"tokenizer artifact {artifact} is unreadable ({exc.strerror or exc}); {fix}") from None
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != TOKENIZER_ARTIFACT_SHA256:
+        raise PrepareError(f"tokenizer artifact {artifact} has SHA256 {digest}, but prepare.py pins "
+                           f"{TOKENIZER_ARTIFACT_SHA256} (damaged or replaced); {fix}")
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            return archive.read(TOKENIZER_ARTIFACT_MEMBER), digest
+    except (zipfile.BadZipFile, KeyError) as exc:  # only if the pin itself names a bad file
+        raise PrepareError(f"tokenizer artifact {artifact} holds no readable {TOKENIZER_ARTIFACT_MEMBER} ({exc}); {fix}") from None
+
+
+def tokenizer_pin(manifest: dict[str, Any]) -> str:
+    """A prepared dataset's tokenizer identity: the SHA256 of the shipped artifact it was
+    unpacked from (what trnf pins for a prepare.py with ``artifacts/tokenizer*.zip``),
+    else the SHA256 of the dataset's own tokenizer file."""
+    entry = manifest["tokenizer"]
+    return str(entry.get("artifact_sha256") or entry["sha256"])
+
+
 def ensure_tokenizer(build_if_missing: bool = False) -> Tokenizer:
-    """The selected dataset's tokenizer, verified against the SHA256 in its manifest."""
+    """The selected dataset's tokenizer. The file is checked against the SHA256 in the
+    manifest before it is unpickled; ``Tokenizer.sha256`` is its pin (``tokenizer_pin``).
+    ``build_if_missing``: with no prepared dataset, run ``setup()`` (training a tokenizer
+    if the artifact is unusable) instead of failing."""
     try:
         directory = dataset_dir()
     except PrepareError:
         if not build_if_missing:
             raise
-        setup()
+        setup(build_tokenizer_if_missing=True)
         directory = dataset_dir()
     manifest = load_manifest(directory)
-    tokenizer = Tokenizer.from_directory(directory / "tokenizer")
-    expected = manifest["tokenizer"]["sha256"]
-    if tokenizer.sha256 != expected:
-        raise PrepareError(
-            f"{directory / 'tokenizer' / 'tokenizer.pkl'} has SHA256 {tokenizer.sha256}, the manifest says "
-            f"{expected}; rerun setup"
-        )
-    return tokenizer
+    entry = manifest["tokenizer"]
+    file = directory / entry["path"]
+    repair = f"rerun `{_repair_command(manifest)}`"
+    try:
+        data = file.read_bytes()
+    except OSError:
+        raise PrepareError(f"the tokenizer of dataset {directory.name} is missing ({file}); {repair}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != entry["sha256"]:
+        raise PrepareError(f"{file} has SHA256 {digest}, the manifest says {entry['sha256']}; {repair}")
+    shipped = entry.get("artifact_sha256")
+    if shipped and shipped != TOKENIZER_ARTIFACT_SHA256:
+        raise PrepareError(f"dataset {directory.name} was prepared with another tokenizer artifact (SHA256 {shipped}) "
+                           f"than this prepare.py pins ({TOKENIZER_ARTIFACT_SHA256}); {repair}")
+    return Tokenizer.from_pickle_bytes(data, sha256=tokenizer_pin(manifest))
 
 
 def tokenizer_sha256() -> str:
-    """SHA256 of the selected dataset's tokenizer file, as recorded in its manifest."""
-    return str(load_manifest()["tokenizer"]["sha256"])
+    """The selected dataset's tokenizer pin (``tokenizer_pin``), as its manifest records it."""
+    return tokenizer_pin(load_manifest())
 
 
 def token_bytes_for(tokenizer: Tokenizer) -> Any:
@@ -742,7 +810,8 @@ def _reusable(directory: Path, config: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if manifest.get("version") != MANIFEST_VERSION or manifest.get("config") != config:
         return None
-    entries = [manifest["tokenizer"], *manifest["shards"], *manifest["token_files"]]
+    extra = [manifest["tokenizer"]["token_bytes"]] if "token_bytes" in manifest["tokenizer"] else []
+    entries = [manifest["tokenizer"], *extra, *manifest["shards"], *manifest["token_files"]]
     for entry in entries:
         file = directory / entry["path"]
         if not file.is_file() or file.stat().st_size != entry["size"] or _sha256(file) != entry["sha256"]:
@@ -834,12 +903,21 @@ def setup(
     backoff: float | None = None,
     val_path: str | os.PathLike[str] | None = None,
     documents: str = "auto",
+    tokenizer: str = "auto",
+    build_tokenizer_if_missing: bool = False,
 ) -> dict[str, Any]:
     """Prepare a dataset (shards, tokenizer, token files, manifest) and make it active.
 
     ``--source local`` reads ``path`` (a folder or one file); ``val_path`` (a folder or
     file) gives the validation documents instead of the 1-in-10 hash split, and
     ``documents`` (DOCUMENT_RULES) how .txt files are cut into documents.
+
+    ``tokenizer`` (TOKENIZER_CHOICES): ``shipped`` unpacks the SHA256-pinned artifact
+    beside this file into ``<root>/tokenizer/``; ``trained`` trains a BPE on the dataset's
+    training text; ``auto`` is shipped for climbmix and sample, trained for local. When the
+    artifact is missing or fails its pin, setup stops, unless ``build_tokenizer_if_missing``
+    (the kit's flag), which trains one instead and records why in the manifest. With a good
+    artifact that flag changes nothing.
 
     ``progress(stage, done, total, unit)`` is called with stages ``download``,
     ``tokenizer`` and ``tokenize``. A second call with the same inputs verifies the
@@ -857,16 +935,21 @@ def setup(
     local_val = Path(val_path).expanduser().resolve() if val_path is not None else None
     if source == "climbmix" and num_train_shards < 1:
         raise PrepareError(f"--num-train-shards {num_train_shards}: must be at least 1")
+    choice = _tokenizer_choice(source, tokenizer, build_tokenizer_if_missing)
     report = progress or (lambda stage, done, total, unit: None)
     root = trnf_home(home)
     name = _dataset_name(source, local_path)
     directory = root / "datasets" / name
     config = _source_fingerprint(source, local_path, num_train_shards, local_val, documents)
+    if choice.shipped is not None:
+        config["tokenizer_artifact_sha256"] = choice.shipped[1]
+    elif source != "local":  # a local dataset trains its own by default: nothing to record
+        config["tokenizer"] = "trained"
 
     try:
         manifest = _reusable(directory, config)
         if manifest is None:
-            manifest = _build(source, local_path, num_train_shards, directory, config, report,
+            manifest = _build(source, local_path, num_train_shards, directory, config, report, choice,
                               workers=workers, retries=retries, backoff=backoff)
             reused = False
         else:
@@ -881,6 +964,28 @@ def setup(
     result = summary(directory, manifest)
     result["reused"] = reused
     return result
+
+
+class _TokenizerChoice:
+    """Where a setup's tokenizer comes from: ``shipped`` = (artifact's tokenizer file, its
+    SHA256), or None to train one; ``why`` says why one is trained instead of shipped."""
+
+    def __init__(self, shipped: tuple[bytes, str] | None, why: str | None = None) -> None:
+        self.shipped, self.why = shipped, why
+
+
+def _tokenizer_choice(source: str, tokenizer: str, build_if_missing: bool) -> _TokenizerChoice:
+    """Read and check the artifact up front, so a bad one stops setup before any download."""
+    if tokenizer not in TOKENIZER_CHOICES:
+        raise PrepareError(f"--tokenizer {tokenizer}: unknown; choose one of {', '.join(TOKENIZER_CHOICES)}")
+    if tokenizer == "trained" or (tokenizer == "auto" and source == "local"):
+        return _TokenizerChoice(None)
+    try:
+        return _TokenizerChoice(read_tokenizer_artifact())
+    except PrepareError as exc:
+        if not build_if_missing:
+            raise
+        return _TokenizerChoice(None, f"--build-tokenizer-if-missing: {exc}")
 
 
 def _mark_active(root: Path, name: str) -> None:
@@ -907,46 +1012,102 @@ def _mark_active(root: Path, name: str) -> None:
         raise
 
 
-def _build(source: str, local_path: Path | None, num_train_shards: int, directory: Path, config: dict[str, Any],
-           report: Progress, *, workers: int, retries: int, backoff: float | None) -> dict[str, Any]:
+def _rel(path: Path, directory: Path) -> str:
+    """``path`` as the manifest records it: relative to the dataset directory (``../../data/...``
+    for the shared ClimbMix shards and tokenizer)."""
+    return os.path.relpath(path, directory)
+
+
+def _source_shards(source: str, local_path: Path | None, num_train_shards: int, directory: Path,
+                   config: dict[str, Any], report: Progress, **download: Any) -> list[tuple[Path, str]]:
+    """The dataset's parquet shards with their roles. ClimbMix shards go to the kit's
+    ``<root>/data/`` (valid ones already there are kept, as are this project's older copies
+    in ``datasets/climbmix/shards/``, moved there); local and sample ones to ``shards/``."""
     # Untrust the old dataset before the first file it lists changes: if anything below
     # fails, no manifest points at a mix. (Downloads only add shards, so they come first.)
-    shards_dir = directory / "shards"
     if source == "climbmix":
-        base_url = config["base_url"]
+        data = directory.parent.parent / "data"
         indices = [*range(num_train_shards), VAL_SHARD]
-        paths = download_shards(base_url, indices, shards_dir, workers=workers, retries=retries,
-                                backoff=backoff, progress=report)
-        shards = [(p, "train") for p in paths[:-1]] + [(paths[-1], "public_val")]
+        for index in indices:
+            older, wanted = directory / "shards" / shard_name(index), data / shard_name(index)
+            if not wanted.exists() and older.is_file() and parquet_is_valid(older):
+                data.mkdir(parents=True, exist_ok=True)
+                os.replace(older, wanted)
+        paths = download_shards(config["base_url"], indices, data, progress=report, **download)
         (directory / "manifest.json").unlink(missing_ok=True)
+        return [(p, "train") for p in paths[:-1]] + [(paths[-1], "public_val")]
+    (directory / "manifest.json").unlink(missing_ok=True)
+    shards_dir = directory / "shards"
+    for stale in shards_dir.glob("*.parquet"):
+        stale.unlink()
+    if source == "sample":
+        return _write_split_shards(shards_dir, sample_documents())
+    assert local_path is not None
+    rule = config.get("documents", "auto")
+    val_path = Path(config["val_path"]) if "val_path" in config else None
+    train_files, val_files = _local_split(local_path, val_path)
+    val_docs = local_documents(local_path, rule, val_files) if val_files is not None else None
+    return _write_split_shards(shards_dir, local_documents(local_path, rule, train_files), val_documents=val_docs)
+
+
+def _place_tokenizer(data: bytes, folder: Path) -> tuple[Path, Tokenizer]:
+    """Write ``tokenizer.pkl`` and ``token_bytes.pt`` (the kit's file names) into ``folder``."""
+    import torch
+
+    file = folder / "tokenizer.pkl"
+    if not (file.is_file() and file.read_bytes() == data):
+        _atomic_write_bytes(file, data)
+    tokenizer = Tokenizer.from_pickle_bytes(data, sha256=hashlib.sha256(data).hexdigest())
+    expected = torch.from_numpy(token_bytes_for(tokenizer))
+    token_bytes = folder / "token_bytes.pt"
+    try:  # kept when it holds the right values: other datasets' manifests record its SHA256
+        keep = torch.equal(torch.load(token_bytes, weights_only=True), expected)
+    except Exception:  # noqa: BLE001 - absent or unreadable: write it
+        keep = False
+    if not keep:
+        tmp = token_bytes.with_name(token_bytes.name + ".partial")
+        torch.save(expected, tmp)
+        os.replace(tmp, token_bytes)
+    return file, tokenizer
+
+
+def _make_tokenizer(choice: _TokenizerChoice, train_shards: list[Path], directory: Path,
+                    report: Progress) -> tuple[dict[str, Any], Tokenizer]:
+    """The dataset's tokenizer and its manifest entry. The shipped one is unpacked into
+    ``<root>/tokenizer/`` unless a different tokenizer is already there (the organisers'
+    kit unpacked its own into the same data root): that one is left alone and ours goes
+    into the dataset's own ``tokenizer/``. A trained one always goes there."""
+    if choice.shipped is not None:
+        data, artifact_sha256 = choice.shipped
+        shared = directory.parent.parent / "tokenizer"
+        foreign = (shared / "tokenizer.pkl").is_file() and _sha256(shared / "tokenizer.pkl") != hashlib.sha256(data).hexdigest()
+        file, tokenizer = _place_tokenizer(data, directory / "tokenizer" if foreign else shared)
+        origin: dict[str, Any] = {"origin": "shipped", "artifact": TOKENIZER_ARTIFACT, "artifact_sha256": artifact_sha256}
     else:
-        (directory / "manifest.json").unlink(missing_ok=True)
-        for stale in shards_dir.glob("*.parquet"):
-            stale.unlink()
-        if source == "sample":
-            shards = _write_split_shards(shards_dir, sample_documents())
-        else:
-            assert local_path is not None
-            rule = config.get("documents", "auto")
-            val_path = Path(config["val_path"]) if "val_path" in config else None
-            train_files, val_files = _local_split(local_path, val_path)
-            val_docs = local_documents(local_path, rule, val_files) if val_files is not None else None
-            shards = _write_split_shards(shards_dir, local_documents(local_path, rule, train_files), val_documents=val_docs)
+        total = min(_text_size_estimate(train_shards), TOKENIZER_MAX_CHARS)
+        seen = [0]
 
-    train_shards = [p for p, role in shards if role == "train"]
-    tokenizer_total = min(_text_size_estimate(train_shards), TOKENIZER_MAX_CHARS)
-    seen = [0]
+        def on_chars(count: int) -> None:
+            seen[0] += count
+            report("tokenizer", min(seen[0], total), total, "B")
 
-    def on_chars(count: int) -> None:
-        seen[0] += count
-        report("tokenizer", min(seen[0], tokenizer_total), tokenizer_total, "B")
+        report("tokenizer", 0, total, "B")
+        data = train_tokenizer(_training_texts(train_shards, on_chars))
+        report("tokenizer", total, total, "B")
+        file, tokenizer = _place_tokenizer(data, directory / "tokenizer")
+        origin = {"origin": "trained", **({"why": choice.why} if choice.why else {})}
+    token_bytes = file.parent / "token_bytes.pt"
+    entry = {"path": _rel(file, directory), "size": len(data), "sha256": tokenizer.sha256, **origin,
+             "token_bytes": {"path": _rel(token_bytes, directory), "size": token_bytes.stat().st_size,
+                             "sha256": _sha256(token_bytes)},
+             "vocab_size": tokenizer.get_vocab_size(), "special_tokens": list(SPECIAL_TOKENS), "pattern": SPLIT_PATTERN}
+    return entry, tokenizer
 
-    report("tokenizer", 0, tokenizer_total, "B")
-    tokenizer_bytes = train_tokenizer(_training_texts(train_shards, on_chars))
-    report("tokenizer", tokenizer_total, tokenizer_total, "B")
-    tokenizer_file = directory / "tokenizer" / "tokenizer.pkl"
-    _atomic_write_bytes(tokenizer_file, tokenizer_bytes)
-    tokenizer = Tokenizer.from_pickle_bytes(tokenizer_bytes, sha256=hashlib.sha256(tokenizer_bytes).hexdigest())
+
+def _build(source: str, local_path: Path | None, num_train_shards: int, directory: Path, config: dict[str, Any],
+           report: Progress, choice: _TokenizerChoice, **download: Any) -> dict[str, Any]:
+    shards = _source_shards(source, local_path, num_train_shards, directory, config, report, **download)
+    tokenizer_entry, tokenizer = _make_tokenizer(choice, [p for p, role in shards if role == "train"], directory, report)
 
     tokens_dir = directory / "tokens"
     for stale in tokens_dir.glob("*.bin"):
@@ -963,8 +1124,8 @@ def _build(source: str, local_path: Path | None, num_train_shards: int, director
         out = tokens_dir / f"{role}_{role_counts[role]:05d}.bin"
         role_counts[role] += 1
         stats = _tokenize_shard(tokenizer, shard, out, on_bytes)
-        token_files.append({"path": str(out.relative_to(directory)), "role": role, "size": out.stat().st_size, **stats})
-        shard_entries.append({"path": str(shard.relative_to(directory)), "role": role, "size": shard.stat().st_size,
+        token_files.append({"path": _rel(out, directory), "role": role, "size": out.stat().st_size, **stats})
+        shard_entries.append({"path": _rel(shard, directory), "role": role, "size": shard.stat().st_size,
                               "sha256": _sha256(shard)})
     report("tokenize", done[0], done[0], "B")
 
@@ -974,9 +1135,7 @@ def _build(source: str, local_path: Path | None, num_train_shards: int, director
         "source": source,
         "config": config,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tokenizer": {"path": str(tokenizer_file.relative_to(directory)), "size": len(tokenizer_bytes),
-                      "sha256": tokenizer.sha256, "vocab_size": tokenizer.get_vocab_size(),
-                      "special_tokens": list(SPECIAL_TOKENS), "pattern": SPLIT_PATTERN},
+        "tokenizer": tokenizer_entry,
         "shards": shard_entries,
         "token_files": token_files,
         "documents": sum(int(t["documents"]) for t in token_files),
@@ -1003,7 +1162,9 @@ def summary(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         "train_tokens": by_role["train"],
         "public_val_tokens": by_role["public_val"],
         "bytes_per_token": manifest["bytes"] / content_tokens if content_tokens else 0.0,
-        "tokenizer_sha256": manifest["tokenizer"]["sha256"],
+        "tokenizer_sha256": tokenizer_pin(manifest),
+        "tokenizer": manifest["tokenizer"].get("origin", "trained"),
+        "tokenizer_path": os.path.normpath(directory / manifest["tokenizer"]["path"]),
     }
 
 
@@ -1092,7 +1253,7 @@ def _token_arrays(split: str, tokenizer: Tokenizer | None = None) -> list[Any]:
 
     directory = dataset_dir()
     manifest = load_manifest(directory)
-    expected = manifest["tokenizer"]["sha256"]
+    expected = tokenizer_pin(manifest)
     if tokenizer is not None and getattr(tokenizer, "sha256", None) not in (None, expected):
         raise PrepareError(f"the tokenizer given does not match dataset {directory.name} (SHA256 differs); use ensure_tokenizer()")
     role = _split_name(split)
@@ -1521,10 +1682,12 @@ def main(argv: list[str] | None = None) -> int:
     p_setup.add_argument("--val-path", default=None, help="folder or file of validation documents (--source local; default: 1 in 10 by hash)")
     p_setup.add_argument("--documents", choices=DOCUMENT_RULES, default="auto", help="how .txt files are cut into documents (--source local)")
     p_setup.add_argument("--num-train-shards", type=int, default=DEFAULT_NUM_TRAIN_SHARDS)
-    # The kit's flag. This project ships no pinned tokenizer artifact (its tokenizer is
-    # trained from the prepared text, see docs/kit-contract.md), so setup always builds one.
+    p_setup.add_argument("--tokenizer", choices=TOKENIZER_CHOICES, default="auto",
+                         help="shipped: the SHA256-pinned artifacts/tokenizer.zip; trained: a BPE of the "
+                              "dataset's own text; auto (default): shipped, but trained for --source local")
     p_setup.add_argument("--build-tokenizer-if-missing", action="store_true",
-                         help="accepted for the organisers' command line; the tokenizer is built by setup")
+                         help="when the shipped artifact is missing or fails its SHA256 pin, train the "
+                              "tokenizer from the training text instead of stopping (the kit's flag)")
     p_eval = commands.add_parser("eval-public", help="evaluate a submission's checkpoint on the public split")
     p_eval.add_argument("--train-py", required=True)
     p_eval.add_argument("--checkpoint", required=True)
@@ -1536,7 +1699,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "setup":
             result = setup(args.source, args.path, args.num_train_shards, progress=_print_progress,
-                           val_path=args.val_path, documents=args.documents)
+                           val_path=args.val_path, documents=args.documents, tokenizer=args.tokenizer,
+                           build_tokenizer_if_missing=args.build_tokenizer_if_missing)
         else:
             result = eval_public(args.train_py, args.checkpoint, tokens=args.tokens, batch_size=args.batch_size,
                                  seq_len=args.seq_len, device=args.device)

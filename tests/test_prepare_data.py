@@ -56,11 +56,10 @@ def test_tokens_decode_back_to_the_documents(sample_home: Path, prepare_module) 
 
 
 def test_second_setup_reuses_everything(sample_home: Path, prepare_module) -> None:
-    directory = sample_home / "datasets" / "sample"
-    before = {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()}
+    before = {p: p.stat().st_mtime_ns for p in sample_home.rglob("*") if p.is_file()}
     result = prepare_module.setup("sample", home=sample_home)
     assert result["reused"] is True
-    assert {p: p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()} == before
+    assert {p: p.stat().st_mtime_ns for p in sample_home.rglob("*") if p.is_file()} == before
 
 
 def test_damaged_file_is_rebuilt_with_the_same_tokenizer(sample_home: Path, prepare_module, tmp_path: Path) -> None:
@@ -73,16 +72,17 @@ def test_damaged_file_is_rebuilt_with_the_same_tokenizer(sample_home: Path, prep
     damaged.write_bytes(bytes(data))
     result = prepare_module.setup("sample", home=home)
     assert result["reused"] is False
-    # Deterministic: a fresh build gives the same tokenizer bytes and the same token files.
-    assert result["tokenizer_sha256"] == original["tokenizer"]["sha256"]
+    # Deterministic: a fresh build gives the same tokenizer and the same token files.
+    assert result["tokenizer_sha256"] == prepare_module.tokenizer_pin(original)
     rebuilt = json.loads((home / "datasets" / "sample" / "manifest.json").read_text())
+    assert rebuilt["tokenizer"]["sha256"] == original["tokenizer"]["sha256"]
     assert [e["sha256"] for e in rebuilt["token_files"]] == [e["sha256"] for e in original["token_files"]]
 
 
 def test_tampered_tokenizer_is_refused(sample_home: Path, prepare_module, tmp_path: Path, monkeypatch) -> None:
     home = tmp_path / "home"
     shutil.copytree(sample_home, home)
-    with open(home / "datasets" / "sample" / "tokenizer" / "tokenizer.pkl", "ab") as handle:
+    with open(home / "tokenizer" / "tokenizer.pkl", "ab") as handle:  # where the shipped one is unpacked
         handle.write(b"\0")
     monkeypatch.setenv("TRNF_HOME", str(home))
     with pytest.raises(prepare_module.PrepareError, match="SHA256"):

@@ -148,13 +148,19 @@ def test_unreachable_server_is_one_clear_error(prepare_module, tmp_path) -> None
     assert not (tmp_path / "s.parquet").exists()
 
 
-def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_path, monkeypatch) -> None:
-    """Serve the sample documents as ClimbMix shards; the second setup makes no request."""
+def climbmix_files(prepare_module, sample_home: Path, limit: int | None = None) -> dict[str, bytes]:
+    """The sample documents served as ClimbMix shards 00000 (train) and 06542 (validation)."""
     shards = sample_home / "datasets" / "sample" / "shards"
-    train = pq.read_table(shards / "train_00000.parquet").column("text").to_pylist()
-    val = pq.read_table(shards / "public_val_00000.parquet").column("text").to_pylist()
-    files = {prepare_module.shard_name(0): parquet_bytes(train),
-             prepare_module.shard_name(prepare_module.VAL_SHARD): parquet_bytes(val)}
+    train = pq.read_table(shards / "train_00000.parquet").column("text").to_pylist()[:limit]
+    val = pq.read_table(shards / "public_val_00000.parquet").column("text").to_pylist()[:limit]
+    return {prepare_module.shard_name(0): parquet_bytes(train),
+            prepare_module.shard_name(prepare_module.VAL_SHARD): parquet_bytes(val)}
+
+
+def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_path, monkeypatch) -> None:
+    """Shards land where the kit keeps them (<root>/data/), the shipped tokenizer is unpacked
+    into <root>/tokenizer/ (BOS 8188); the second setup makes no request."""
+    files = climbmix_files(prepare_module, sample_home, limit=400)
     with FaultyServer(files) as running:
         running.faults[prepare_module.shard_name(0)] = ["drop", "500"]
         monkeypatch.setenv("TRNF_CLIMBMIX_URL", running.url)
@@ -163,10 +169,19 @@ def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_pa
         result = prepare_module.setup("climbmix", num_train_shards=1, home=home, backoff=TINY_BACKOFF,
                                       progress=lambda stage, done, total, unit: stages.add(stage))
         assert result["source"] == "climbmix" and result["reused"] is False
-        assert result["documents"] == len(train) + len(val)
-        assert stages == {"download", "tokenizer", "tokenize"}
+        assert result["documents"] == 800
+        assert stages == {"download", "tokenize"}  # the tokenizer is shipped, not trained
+        assert sorted(p.name for p in (home / "data").iterdir()) == sorted(files)
+        assert all((home / "data" / name).read_bytes() == body for name, body in files.items())
+        assert sorted(p.name for p in (home / "tokenizer").iterdir()) == ["token_bytes.pt", "tokenizer.pkl"]
+        assert result["tokenizer"] == "shipped" and result["tokenizer_path"] == str(home / "tokenizer" / "tokenizer.pkl")
+        assert result["tokenizer_sha256"] == prepare_module.TOKENIZER_ARTIFACT_SHA256
         manifest = json.loads((home / "datasets" / "climbmix" / "manifest.json").read_text())
-        assert sorted(Path(e["path"]).name for e in manifest["shards"]) == sorted(files)
+        assert sorted(e["path"] for e in manifest["shards"]) == sorted(f"../../data/{name}" for name in files)
+        monkeypatch.setenv("TRNF_HOME", str(home))
+        monkeypatch.setenv("TRNF_DATASET", "climbmix")
+        tokenizer = prepare_module.ensure_tokenizer()
+        assert tokenizer.get_bos_token_id() == 8188 and tokenizer.sha256 == prepare_module.TOKENIZER_ARTIFACT_SHA256
         served = len(running.requests)
         again = prepare_module.setup("climbmix", num_train_shards=1, home=home, backoff=TINY_BACKOFF)
         assert again["reused"] is True and len(running.requests) == served
@@ -175,3 +190,29 @@ def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_pa
         with pytest.raises(prepare_module.PrepareError, match="shard_00001.parquet: HTTP 404"):
             prepare_module.setup("climbmix", num_train_shards=2, home=home, backoff=TINY_BACKOFF)
         assert prepare_module.setup("climbmix", num_train_shards=1, home=home)["reused"] is True
+
+
+def test_a_data_root_the_kit_filled_is_reused_without_downloading(prepare_module, sample_home, tmp_path, monkeypatch) -> None:
+    """The organisers' setup left shards in <root>/data/ and its own tokenizer in
+    <root>/tokenizer/; an older trnf left a shard in datasets/climbmix/shards/. Nothing is
+    downloaded, the kit's tokenizer is left alone, and ours goes beside the dataset."""
+    files = climbmix_files(prepare_module, sample_home, limit=200)
+    home = tmp_path / "home"
+    val = prepare_module.shard_name(prepare_module.VAL_SHARD)
+    (home / "data").mkdir(parents=True)
+    (home / "data" / prepare_module.shard_name(0)).write_bytes(files[prepare_module.shard_name(0)])
+    (home / "datasets" / "climbmix" / "shards").mkdir(parents=True)
+    (home / "datasets" / "climbmix" / "shards" / val).write_bytes(files[val])
+    (home / "tokenizer").mkdir()
+    (home / "tokenizer" / "tokenizer.pkl").write_bytes(b"the organisers' tokenizer")
+    with FaultyServer(files) as running:
+        monkeypatch.setenv("TRNF_CLIMBMIX_URL", running.url)
+        result = prepare_module.setup("climbmix", num_train_shards=1, home=home, backoff=TINY_BACKOFF)
+        assert running.requests == []
+    assert sorted(p.name for p in (home / "data").iterdir()) == sorted(files)
+    assert (home / "tokenizer" / "tokenizer.pkl").read_bytes() == b"the organisers' tokenizer"
+    assert result["tokenizer_path"] == str(home / "datasets" / "climbmix" / "tokenizer" / "tokenizer.pkl")
+    assert result["tokenizer_sha256"] == prepare_module.TOKENIZER_ARTIFACT_SHA256
+    monkeypatch.setenv("TRNF_HOME", str(home))
+    monkeypatch.setenv("TRNF_DATASET", "climbmix")
+    assert prepare_module.ensure_tokenizer().get_bos_token_id() == 8188

@@ -8,6 +8,7 @@ come from inside the installed package.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -22,12 +23,13 @@ _PROBE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import trnfrontier
-from trnfrontier.trusted_prepare import default_prepare_path
+from trnfrontier.trusted_prepare import default_prepare_path, tokenizer_sha256_of
 from trnfrontier.recipes.registry import shipped_recipes
 from trnfrontier.runtime.kernels.backend import kernels_dir
 print(json.dumps({
     "package": trnfrontier.__file__,
     "prepare": str(default_prepare_path()),
+    "tokenizer_pin": tokenizer_sha256_of(default_prepare_path())[0],
     "recipes": {name: str(path) for name, path in shipped_recipes().items()},
     "kernels": str(kernels_dir()),
 }))
@@ -59,6 +61,10 @@ def test_the_wheel_finds_its_own_prepare_recipes_and_kernels(installed: Path, tm
     package = installed / "trnfrontier"
     assert Path(found["package"]).parent == package  # the wheel's copy, not the checkout
     assert Path(found["prepare"]) == package / "_shipped" / "prepare.py"
+    # The tokenizer artifact travels beside prepare.py, so the wheel's prepare.py finds its pin.
+    shipped = REPO / "artifacts" / "tokenizer.zip"
+    assert (package / "_shipped" / "artifacts" / "tokenizer.zip").read_bytes() == shipped.read_bytes()
+    assert found["tokenizer_pin"] == hashlib.sha256(shipped.read_bytes()).hexdigest()
     assert set(found["recipes"]) >= {"cpu_smoke", "baseline_d10", "muon_gqa"}
     assert all(Path(p).parent == package / "_shipped" / "recipes" for p in found["recipes"].values())
     assert Path(found["kernels"]) == package / "_shipped" / "kernels"

@@ -42,7 +42,7 @@ def test_json_summary_names_the_data_and_the_prepare_py(sample_home: Path, proje
     manifest = json.loads((sample_home / "datasets" / "sample" / "manifest.json").read_text())
     assert summary["reused"] is True and summary["source"] == "sample"
     assert summary["documents"] == manifest["documents"] and summary["tokens"] == manifest["tokens"]
-    assert summary["tokenizer_sha256"] == manifest["tokenizer"]["sha256"]
+    assert summary["tokenizer_sha256"] == manifest["tokenizer"]["artifact_sha256"]  # the shipped artifact's pin
     assert summary["prepare_sha256"] == sha256_file(projects_prepare)
     assert Path(summary["prepare_path"]) == projects_prepare.resolve()
 

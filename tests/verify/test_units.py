@@ -161,12 +161,29 @@ def test_documented_formula_matches_prepare(times: list[float], tmp_path: Path, 
 
 # -- pins -------------------------------------------------------------------------------------
 
-def test_default_pins_are_the_project_prepare_and_skip_without_a_tokenizer(tmp_path: Path, monkeypatch) -> None:
+def test_default_pins_are_the_project_prepare_and_its_shipped_tokenizer(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRNF_HOME", str(tmp_path / "empty_home"))
     monkeypatch.delenv("TRNF_DATASET", raising=False)
     monkeypatch.delenv("TRNF_PREPARE", raising=False)
     pins = load_pins(None)
     assert pins.prepare.sha256 == sha256_file(REPO / "prepare.py")
+    # No data prepared: the tokenizer is still pinned, by the artifact beside prepare.py.
+    assert pins.tokenizer.sha256 == sha256_file(REPO / "artifacts" / "tokenizer.zip")
+    meta = good_meta()
+    meta["prepare_sha256"] = pins.prepare.sha256
+    meta["tokenizer_sha256"] = pins.tokenizer.sha256
+    (tmp_path / "w").mkdir()
+    report = verify_archive(build_archive(tmp_path / "w", meta=meta))
+    assert report.get("pin:prepare").verdict == "pass" and report.get("pin:tokenizer").verdict == "pass"
+
+
+def test_without_an_artifact_or_data_the_tokenizer_pin_is_skipped(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path / "empty_home"))
+    monkeypatch.delenv("TRNF_DATASET", raising=False)
+    bare = tmp_path / "prepare.py"  # a prepare.py that ships no tokenizer artifact
+    bare.write_text("TOKENIZER_VOCAB_SIZE = 8192\n")
+    monkeypatch.setenv("TRNF_PREPARE", str(bare))
+    pins = load_pins(None)
     assert pins.tokenizer.sha256 is None and "no prepared tokenizer" in pins.tokenizer.source
     meta = good_meta()
     meta["prepare_sha256"] = pins.prepare.sha256
@@ -192,9 +209,20 @@ def test_pins_file_in_trnf_home_is_used(tmp_path: Path, monkeypatch) -> None:
     assert load_pins(None).prepare.sha256 == "c" * 64
 
 
-def test_default_tokenizer_pin_is_the_active_dataset(sample_home: Path) -> None:
+def test_default_tokenizer_pin_is_the_artifact_beside_prepare_py(sample_home: Path, prepare_module) -> None:
     pins = load_pins(None)
-    assert pins.tokenizer.sha256 == sha256_file(sample_home / "datasets" / "sample" / "tokenizer" / "tokenizer.pkl")
+    assert pins.tokenizer.sha256 == prepare_module.TOKENIZER_ARTIFACT_SHA256
+    assert pins.tokenizer.source.endswith("artifacts/tokenizer.zip")
+    # The sample dataset is unpacked from that artifact, so its runs record the same pin.
+    assert prepare_module.tokenizer_sha256() == pins.tokenizer.sha256
+
+
+def test_without_an_artifact_the_pin_is_the_active_datasets(sample_home: Path, tmp_path: Path, monkeypatch) -> None:
+    bare = tmp_path / "prepare.py"  # an organisers'-style prepare.py that ships no artifact
+    bare.write_text("TOKENIZER_VOCAB_SIZE = 8192\n")
+    monkeypatch.setenv("TRNF_PREPARE", str(bare))
+    manifest = json.loads((sample_home / "datasets" / "sample" / "manifest.json").read_text())
+    assert load_pins(None).tokenizer.sha256 == manifest["tokenizer"]["artifact_sha256"]
 
 
 # -- CLI ------------------------------------------------------------------------------------------

@@ -169,11 +169,13 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
 
 def data_paths(env: dict[str, str]) -> tuple[Path, ...]:
     """What a dry run with environment ``env`` reads besides code, bound read-only: the
-    prepared datasets (and the kit's cache directory when set), never the rest of the data home."""
+    prepared datasets with the ClimbMix shards and unpacked tokenizer they reference
+    (``data/``, ``tokenizer/``: the kit's layout), and the kit's cache directory when set;
+    never the rest of the data home."""
     found: list[Path] = []
     if env.get("TRNF_HOME"):
         home = Path(env["TRNF_HOME"]).expanduser().resolve()
-        found += [home / "datasets", home / "active"]
+        found += [home / "datasets", home / "active", home / "data", home / "tokenizer"]
     if env.get(KIT_CACHE_ENV):
         found.append(Path(env[KIT_CACHE_ENV]).expanduser().resolve())
     return tuple(p for p in found if p.exists())

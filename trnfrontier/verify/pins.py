@@ -5,8 +5,9 @@ Pins are configuration, so a team can pin the organisers' copy. In order:
 2. ``$TRNF_HOME/pins.json`` (``TRNF_HOME`` defaults to ``~/.cache/trnfrontier``);
 3. defaults: the SHA256 of the selected trusted prepare.py (``--prepare`` /
    ``TRNF_PREPARE`` / the project's) and of its tokenizer: the artifact shipped beside
-   it (``artifacts/tokenizer*.zip``, as the organisers' kit does), else the active
-   dataset's ``tokenizer/tokenizer.pkl`` (``TRNF_DATASET`` or ``$TRNF_HOME/active``).
+   it (``artifacts/tokenizer*.zip``, as the organisers' kit and the project's prepare.py
+   do), else what the active dataset's manifest pins (``TRNF_DATASET`` or ``active`` under
+   the data home: the artifact it was unpacked from, else its own ``tokenizer.pkl``).
 
 A pins file is JSON: ``{"prepare_sha256": hex, "tokenizer_sha256": hex}``; either key
 may be absent (then that pin comes from the defaults).
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.runtime.data_home import data_home
 from trnfrontier.runtime.prepare_loader import sha256_file
 
 
@@ -43,15 +45,24 @@ def trnf_home() -> Path:
     return Path(os.environ.get("TRNF_HOME") or "~/.cache/trnfrontier").expanduser()
 
 
-def _active_tokenizer() -> Path | None:
-    home = trnf_home()
+def _active_tokenizer() -> tuple[str, str] | None:
+    """(pin, where) of the active dataset's tokenizer, as its manifest records it (a dataset
+    unpacked from an artifact is pinned by the artifact's SHA256, like prepare.tokenizer_pin)."""
+    home = data_home()
     name = os.environ.get("TRNF_DATASET")
     if not name and (home / "active").is_file():
         name = (home / "active").read_text().strip()
     if not name:
         return None
-    path = home / "datasets" / name / "tokenizer" / "tokenizer.pkl"
-    return path if path.is_file() else None
+    manifest_path = home / "datasets" / name / "manifest.json"
+    try:
+        entry = json.loads(manifest_path.read_text(encoding="utf-8"))["tokenizer"]
+        file = (manifest_path.parent / entry["path"]).resolve()
+        if entry.get("artifact_sha256"):
+            return str(entry["artifact_sha256"]), f"tokenizer artifact SHA256 in {manifest_path}"
+        return sha256_file(file), f"SHA256 of {file}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _default_prepare() -> Pin:
@@ -73,10 +84,10 @@ def _default_tokenizer() -> Pin:
         shipped, where = None, ""
     if shipped is not None:
         return Pin(shipped, where)
-    path = _active_tokenizer()
-    if path is None:
-        return Pin(None, f"no prepared tokenizer under {trnf_home()} (run `trnf prepare` or pin tokenizer_sha256 in a pins file)")
-    return Pin(sha256_file(path), f"SHA256 of {path}")
+    active = _active_tokenizer()
+    if active is None:
+        return Pin(None, f"no prepared tokenizer under {data_home()} (run `trnf prepare` or pin tokenizer_sha256 in a pins file)")
+    return Pin(*active)
 
 
 def load_pins(pins_file: Path | None = None) -> Pins:
