@@ -72,21 +72,30 @@ def run_prepare(
     show_progress: bool = True,
     val_path: str | None = None,
     documents: str | None = None,
+    tokenizer: str | None = None,
+    build_tokenizer_if_missing: bool = False,
 ) -> dict[str, Any]:
     """Prepare a dataset with the selected trusted prepare.py; returns its summary plus
     ``prepare_path`` and ``prepare_sha256``. ``val_path`` and ``documents`` (local
-    sources) keep a user's own validation split and documents."""
+    sources) keep a user's own validation split and documents; ``tokenizer`` chooses the
+    shipped or a trained tokenizer and ``build_tokenizer_if_missing`` trains one when the
+    shipped artifact is unusable (prepare.setup's arguments of the same names)."""
     contract = load_contract()
     check_choices(contract, source, path, num_train_shards)
     if source != "local" and (val_path is not None or documents is not None):
         raise UsageError(f"--val-path and --documents apply to --source local, not --source {source}")
+    tokenizers = getattr(contract.module, "TOKENIZER_CHOICES", None)
+    if tokenizer is not None and tokenizers is not None and tokenizer not in tokenizers:
+        raise UsageError(f"--tokenizer {tokenizer}: unknown; choose one of {', '.join(tokenizers)}")
     setup = getattr(contract.module, "setup", None)
     if not callable(setup):
-        summary = _run_setup_cli(contract, source, path, num_train_shards)
+        if tokenizer is not None:
+            raise TrnfError(f"{contract.path} has no setup() function, so --tokenizer cannot be used with it")
+        summary = _run_setup_cli(contract, source, path, num_train_shards, build_tokenizer_if_missing)
     else:
-        kwargs = _setup_arguments(
-            contract, setup, source, path, num_train_shards, {"val_path": val_path, "documents": documents}
-        )
+        extra = {"val_path": val_path, "documents": documents, "tokenizer": tokenizer,
+                 "build_tokenizer_if_missing": True if build_tokenizer_if_missing else None}
+        kwargs = _setup_arguments(contract, setup, source, path, num_train_shards, extra)
         prepare_error = getattr(contract.module, "PrepareError", None)
         try:
             with rich_progress(show_progress) as progress:
@@ -151,7 +160,8 @@ def check_choices(contract: TrustedContract, source: str, path: str | None, num_
             raise UsageError(f"--num-train-shards {num_train_shards}: must be at least 1")
 
 
-def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num_train_shards: int | None) -> dict[str, Any]:
+def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num_train_shards: int | None,
+                   build_tokenizer_if_missing: bool = False) -> dict[str, Any]:
     """A prepare.py without a setup() function (the organisers' kit): run its command line."""
     if source != "climbmix" or path is not None:
         raise TrnfError(
@@ -161,6 +171,8 @@ def _run_setup_cli(contract: TrustedContract, source: str, path: str | None, num
     command = [sys.executable, str(contract.path), "setup"]
     if num_train_shards is not None:
         command += ["--num-train-shards", str(num_train_shards)]
+    if build_tokenizer_if_missing:
+        command.append("--build-tokenizer-if-missing")
     completed = processes.run_tree(command, stdout=sys.stderr)
     if completed.returncode != 0:
         raise TrnfError(f"`{' '.join(command)}` failed with exit code {completed.returncode}; see its output above")

@@ -47,10 +47,25 @@ def test_json_summary_names_the_data_and_the_prepare_py(sample_home: Path, proje
     assert Path(summary["prepare_path"]) == projects_prepare.resolve()
 
 
+def test_tokenizer_options_reach_setup(sample_home: Path, projects_prepare: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    # With a good artifact, --build-tokenizer-if-missing changes nothing: the sample dataset is reused.
+    code, out, _ = run_cli(["prepare", "--source", "sample", "--tokenizer", "shipped", "--build-tokenizer-if-missing", "--json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["reused"] is True and summary["tokenizer"] == "shipped"
+    assert summary["tokenizer_path"] == str(sample_home / "tokenizer" / "tokenizer.pkl")
+    other = tmp_path / "organisers" / "prepare.py"  # a setup() without the option
+    other.parent.mkdir()
+    other.write_text(FAKE_PREPARE)
+    monkeypatch.setenv(PREPARE_ENV, str(other))
+    code, out, err = run_cli(["--prepare", str(other), "prepare", "--tokenizer", "trained"], capsys)
+    assert code == 1 and "takes no 'tokenizer', so --tokenizer cannot be used with it" in err
+
+
 def test_table_lists_every_figure(sample_home: Path, projects_prepare: Path, capsys) -> None:
     code, out, _ = run_cli(["prepare", "--source", "sample"], capsys)
     assert code == 0
-    for label in ("source", "documents", "bytes", "tokens", "bytes/token", "tokenizer SHA256", "prepare.py SHA256"):
+    for label in ("source", "documents", "bytes", "tokens", "bytes/token", "tokenizer", "shipped", "tokenizer SHA256", "prepare.py SHA256"):
         assert label in out
     flat = re.sub(r"[\s│]", "", out)  # an 80-column console folds the hash over two table lines
     assert sha256_file(projects_prepare) in flat
@@ -87,6 +102,7 @@ def test_another_prepare_py_is_used_and_fingerprinted(tmp_path: Path, monkeypatc
         (["--num-train-shards", "0"], "--num-train-shards 0: must be at least 1"),
         (["--source", "sample", "--documents", "line"], "--val-path and --documents apply to --source local"),
         (["--val-path", "v.txt"], "--val-path and --documents apply to --source local"),
+        (["--tokenizer", "banana"], "--tokenizer banana: unknown; choose one of auto, shipped, trained"),
     ],
 )
 def test_contradictory_choices_are_usage_errors_on_one_line(args: list[str], expected: str, projects_prepare: Path, tmp_path: Path, monkeypatch, capsys) -> None:

@@ -24,11 +24,23 @@ def command(
         "line, paragraph, file, or parquet (the `text` column of .parquet files).",
     ),
     num_train_shards: int | None = typer.Option(None, "--num-train-shards", help="ClimbMix training shards to download."),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="shipped (the SHA256-pinned artifacts/tokenizer.zip beside prepare.py), trained (a BPE of the "
+        "dataset's own text) or auto (default: shipped, trained for --source local).",
+    ),
+    build_tokenizer_if_missing: bool = typer.Option(
+        False,
+        "--build-tokenizer-if-missing",
+        help="When the shipped tokenizer artifact is missing or fails its SHA256 pin, train one instead of stopping.",
+    ),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Download or build the data, train the tokenizer and pre-tokenize (idempotent)."""
     summary = run_prepare(
-        source, path, num_train_shards, show_progress=True, val_path=val_path, documents=documents
+        source, path, num_train_shards, show_progress=True, val_path=val_path, documents=documents,
+        tokenizer=tokenizer, build_tokenizer_if_missing=build_tokenizer_if_missing,
     )
     if json_output:
         print_json(summary)
@@ -54,6 +66,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
         ("bytes", number("bytes")),
         ("tokens", number("tokens")),
         ("bytes/token", f"{per_token:.3f}" if isinstance(per_token, float) else "-"),
+        ("tokenizer", f"{summary['tokenizer']}: {summary.get('tokenizer_path', '-')}" if "tokenizer" in summary else "-"),
         ("tokenizer SHA256", str(summary.get("tokenizer_sha256", "-"))),
         ("prepare.py SHA256", str(summary.get("prepare_sha256", "-"))),
         ("prepare.py", str(summary.get("prepare_path", "-"))),
