@@ -6,6 +6,7 @@ never in a corrupt file under the final name.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import socket
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 TINY_BACKOFF = 0.001
+STUB_PREPARE = Path(__file__).resolve().parent / "fixtures" / "kit" / "prepare.py"
 
 
 def parquet_bytes(texts: list[str]) -> bytes:
@@ -190,6 +192,17 @@ def test_climbmix_setup_end_to_end_and_reuse(prepare_module, sample_home, tmp_pa
         with pytest.raises(prepare_module.PrepareError, match="shard_00001.parquet: HTTP 404"):
             prepare_module.setup("climbmix", num_train_shards=2, home=home, backoff=TINY_BACKOFF)
         assert prepare_module.setup("climbmix", num_train_shards=1, home=home)["reused"] is True
+
+    # A kit-layout prepare.py (the stub organisers' kit) reads this root as its cache dir:
+    # the same training documents, our tokenizer with BOS 8188.
+    monkeypatch.setenv("NEURON_COMPETITION_R1_CACHE_DIR", str(home))
+    spec = importlib.util.spec_from_file_location("stub_kit_prepare_on_our_root", STUB_PREPARE)
+    assert spec is not None and spec.loader is not None
+    stub = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stub)
+    texts, epoch = next(stub._document_batches("train", 0, 1, tokenizer_batch_size=5))
+    assert epoch == 1 and texts == pq.read_table(io.BytesIO(files[prepare_module.shard_name(0)])).column("text").to_pylist()[:5]
+    assert stub.ensure_tokenizer().get_bos_token_id() == 8188
 
 
 def test_a_data_root_the_kit_filled_is_reused_without_downloading(prepare_module, sample_home, tmp_path, monkeypatch) -> None:
