@@ -195,6 +195,7 @@ def verify_token_files(name: str | None = None, home: str | os.PathLike[str] | N
     started = time.perf_counter()
     directory = dataset_dir(name, home)
     manifest = load_manifest(directory)
+    check_tokenizer_current(directory, manifest)
     entries = manifest.get("token_files", [])
     for entry in entries:
         check_token_file(directory, entry, manifest, full=True)
@@ -374,11 +375,25 @@ def ensure_tokenizer(build_if_missing: bool = False) -> Tokenizer:
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"]:
         raise PrepareError(f"{file} has SHA256 {digest}, the manifest says {entry['sha256']}; {repair}")
+    check_tokenizer_current(directory, manifest)
+    return Tokenizer.from_pickle_bytes(data, sha256=tokenizer_pin(manifest))
+
+
+def check_tokenizer_current(directory: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a dataset whose tokenizer is not the one this prepare.py would give it now: one
+    unpacked from another artifact than the pinned one, or a ClimbMix / sample dataset
+    prepared before prepare.py shipped its artifact (its runs would record a tokenizer
+    SHA256 that no pin accepts). A tokenizer trained on purpose (local, or
+    --build-tokenizer-if-missing) is the dataset's own and stays valid."""
+    entry = manifest["tokenizer"]
+    repair = f"rerun `{_repair_command(manifest)}` (it reuses the downloaded shards)"
     shipped = entry.get("artifact_sha256")
     if shipped and shipped != TOKENIZER_ARTIFACT_SHA256:
         raise PrepareError(f"dataset {directory.name} was prepared with another tokenizer artifact (SHA256 {shipped}) "
                            f"than this prepare.py pins ({TOKENIZER_ARTIFACT_SHA256}); {repair}")
-    return Tokenizer.from_pickle_bytes(data, sha256=tokenizer_pin(manifest))
+    if "origin" not in entry and manifest.get("source") in ("climbmix", "sample"):
+        raise PrepareError(f"dataset {directory.name} was prepared by an older prepare.py, with a tokenizer of its own "
+                           f"instead of the shipped artifact this one pins; {repair}")
 
 
 def tokenizer_sha256() -> str:
@@ -809,6 +824,10 @@ def _reusable(directory: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     if manifest.get("version") != MANIFEST_VERSION or manifest.get("config") != config:
+        return None
+    try:
+        check_tokenizer_current(directory, manifest)
+    except (PrepareError, KeyError):
         return None
     extra = [manifest["tokenizer"]["token_bytes"]] if "token_bytes" in manifest["tokenizer"] else []
     entries = [manifest["tokenizer"], *extra, *manifest["shards"], *manifest["token_files"]]

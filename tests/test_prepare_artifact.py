@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -137,13 +138,24 @@ def test_a_local_source_trains_its_own_or_uses_the_shipped_one(prepare_module, s
         prepare_module.setup("local", path=corpus, home=home, tokenizer="bogus")
 
 
-def test_a_dataset_from_another_artifact_is_refused(prepare_module, sample_home, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("edit, said", [
+    (lambda entry: entry.update(artifact_sha256="f" * 64), "prepared with another tokenizer artifact"),
+    # What an older prepare.py wrote: a per-dataset tokenizer, no origin, no artifact.
+    (lambda entry: [entry.pop(k) for k in ("origin", "artifact", "artifact_sha256")], "prepared by an older prepare.py"),
+])
+def test_a_dataset_from_another_or_no_artifact_is_refused_before_training(
+        prepare_module, sample_home, tmp_path, monkeypatch, edit, said) -> None:
     home = tmp_path / "home"
     shutil.copytree(sample_home, home)
     manifest_path = home / "datasets" / "sample" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["tokenizer"]["artifact_sha256"] = "f" * 64
+    edit(manifest["tokenizer"])
     manifest_path.write_text(json.dumps(manifest))
     monkeypatch.setenv("TRNF_HOME", str(home))
-    with pytest.raises(prepare_module.PrepareError, match="another tokenizer artifact"):
+    fix = "rerun `trnf prepare --source sample`"
+    with pytest.raises(prepare_module.PrepareError, match=f"{said}.*{re.escape(fix)}"):
         prepare_module.ensure_tokenizer()
+    with pytest.raises(prepare_module.PrepareError, match=said):
+        prepare_module.verify_token_files()  # what `trnf train` checks before it starts
+    assert prepare_module.setup("sample", home=home)["reused"] is False  # the fix works
+    assert prepare_module.ensure_tokenizer().sha256 == prepare_module.TOKENIZER_ARTIFACT_SHA256
