@@ -73,3 +73,28 @@ def test_default_prepare_is_the_projects() -> None:
     path = default_prepare_path()
     assert path.name == "prepare.py"
     assert path.parent == Path(__file__).resolve().parents[1]
+
+
+def test_a_run_records_the_prepare_pys_own_tokenizer_sha_else_its_artifact(tmp_path: Path) -> None:
+    import types
+
+    from trnfrontier.trusted_prepare import TrustedContract, recorded_tokenizer_sha256
+
+    path = tmp_path / "prepare.py"
+    path.write_text("")
+    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "artifacts" / "tokenizer.zip").write_bytes(b"zip")
+    shipped = hashlib.sha256(b"zip").hexdigest()
+
+    def contract(module: object) -> TrustedContract:
+        return TrustedContract(module=module, path=path, sha256="0" * 64)
+
+    def no_data() -> str:
+        raise RuntimeError("no prepared dataset")
+
+    # The project's prepare.py: its dataset's pin (a dataset with a tokenizer of its own differs from the artifact).
+    assert recorded_tokenizer_sha256(contract(types.SimpleNamespace(tokenizer_sha256=lambda: "a" * 64))) == "a" * 64
+    assert recorded_tokenizer_sha256(contract(types.SimpleNamespace(tokenizer_sha256=no_data))) == shipped
+    assert recorded_tokenizer_sha256(contract(types.SimpleNamespace())) == shipped  # the organisers' kit
+    (tmp_path / "artifacts" / "tokenizer.zip").unlink()
+    assert recorded_tokenizer_sha256(contract(types.SimpleNamespace())) is None

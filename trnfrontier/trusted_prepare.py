@@ -95,3 +95,17 @@ def tokenizer_sha256_of(prepare_path: Path) -> tuple[str | None, str]:
     if artifact is None:
         return None, f"no artifacts/tokenizer*.zip beside {prepare_path}"
     return sha256_file(artifact), f"SHA256 of {artifact}"
+
+
+def recorded_tokenizer_sha256(contract: TrustedContract) -> str | None:
+    """The tokenizer SHA256 a run under ``contract`` records: the prepare.py's own
+    ``tokenizer_sha256()`` when it offers one (the project's: the active dataset's pin,
+    which is the shipped artifact's SHA256 unless that dataset trained a tokenizer of its
+    own), else the SHA256 of the artifact shipped beside it (the organisers' kit), else None."""
+    own = getattr(contract.module, "tokenizer_sha256", None)
+    if callable(own):
+        try:
+            return str(own())
+        except Exception:  # noqa: BLE001 - no prepared data here: fall back to the artifact
+            pass
+    return tokenizer_sha256_of(contract.path)[0]

@@ -56,7 +56,7 @@ from trnfrontier.runtime.rundir import (
     read_summary,
 )
 from trnfrontier.runtime.trainer import versions
-from trnfrontier.trusted_prepare import TrustedContract, load_contract, tokenizer_sha256_of
+from trnfrontier.trusted_prepare import TrustedContract, load_contract, recorded_tokenizer_sha256
 from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.dryrun import KIT_CHECKPOINT, KIT_STEP_LOG_ENV
 from trnfrontier.verify.launch import LNC_CHOICES, NPROC_CHOICES
@@ -167,18 +167,6 @@ def _checkpoint_facts(path: Path | None) -> dict[str, Any]:
     except (CheckpointError, OSError) as exc:
         return {"checkpoint_note": str(exc)}
     return {"params": scanned.params, "non_finite": scanned.non_finite}
-
-
-def _tokenizer_sha256(contract: TrustedContract) -> str | None:
-    """The selected prepare.py's shipped tokenizer artifact (the organisers'), else the
-    project's prepare.tokenizer_sha256() (an extra: never required of another file)."""
-    shipped, _ = tokenizer_sha256_of(contract.path)
-    if shipped is not None:
-        return shipped
-    try:
-        return str(contract.module.tokenizer_sha256())
-    except Exception:  # noqa: BLE001 - no prepared data here: the field is just unknown
-        return None
 
 
 def _environment_record(plan: launch.LaunchPlan) -> dict[str, str]:
@@ -299,7 +287,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "lnc": options.lnc,
         "versions": versions(),
         "prepare_sha256": contract.sha256,
-        "tokenizer_sha256": _tokenizer_sha256(contract),
+        "tokenizer_sha256": recorded_tokenizer_sha256(contract),
         "final_checkpoint": str(checkpoint) if checkpoint else None,
         "checkpoint_sha256": sha256_file(checkpoint) if checkpoint else None,
         "train_py": str(script),

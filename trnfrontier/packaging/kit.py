@@ -206,17 +206,10 @@ def _kit_block_score(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 def _default_hashes() -> dict[str, Any]:
     """The prepare.py and tokenizer trnf uses now (for a kit run that recorded none)."""
-    from trnfrontier.runtime import prepare_calls
-    from trnfrontier.trusted_prepare import load_contract, tokenizer_sha256_of
+    from trnfrontier.trusted_prepare import load_contract, recorded_tokenizer_sha256
 
     contract = load_contract()
-    tokenizer, _ = tokenizer_sha256_of(contract.path)  # the organisers' shipped artifact
-    if tokenizer is None:
-        try:
-            tokenizer = getattr(prepare_calls.ensure_tokenizer(contract.module), "sha256", None)
-        except Exception:  # noqa: BLE001 - no prepared tokenizer: the pin check then says so
-            tokenizer = None
-    return {"prepare_sha256": contract.sha256, "tokenizer_sha256": tokenizer}
+    return {"prepare_sha256": contract.sha256, "tokenizer_sha256": recorded_tokenizer_sha256(contract)}
 
 
 def _from_run_dir(
