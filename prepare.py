@@ -163,11 +163,18 @@ def _repair_command(manifest: dict[str, Any]) -> str:
     """The command that rebuilds this dataset (what a damaged-file error tells the user)."""
     source = manifest.get("source", "climbmix")
     config = manifest.get("config") or {}
+    # The choices that differ from the defaults, so the rerun rebuilds the same dataset.
+    tokenizer = ""
+    if source == "local" and "tokenizer_artifact_sha256" in config:
+        tokenizer = " --tokenizer shipped"
+    elif config.get("tokenizer") == "trained":
+        tokenizer = " --tokenizer trained"
     if source == "local":
-        return f"trnf prepare --source local --path {config.get('path', 'DIR')}"
+        extra = "".join(f" --{key.replace('_', '-')} {config[key]}" for key in ("val_path", "documents") if key in config)
+        return f"trnf prepare --source local --path {config.get('path', 'DIR')}{extra}{tokenizer}"
     if source == "climbmix":
-        return f"trnf prepare --num-train-shards {config.get('num_train_shards', DEFAULT_NUM_TRAIN_SHARDS)}"
-    return f"trnf prepare --source {source}"
+        return f"trnf prepare --num-train-shards {config.get('num_train_shards', DEFAULT_NUM_TRAIN_SHARDS)}{tokenizer}"
+    return f"trnf prepare --source {source}{tokenizer}"
 
 
 def check_token_file(directory: Path, entry: dict[str, Any], manifest: dict[str, Any], *, full: bool) -> None:

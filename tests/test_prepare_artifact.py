@@ -134,6 +134,13 @@ def test_a_local_source_trains_its_own_or_uses_the_shipped_one(prepare_module, s
     assert own["tokenizer_path"] == str(home / "datasets" / "local-corpus" / "tokenizer" / "tokenizer.pkl")
     assert own["tokenizer_sha256"] == hashlib.sha256(Path(own["tokenizer_path"]).read_bytes()).hexdigest()
     assert (home / "tokenizer" / "tokenizer.pkl").read_bytes() == prepare_module.read_tokenizer_artifact()[0]
+    # A damaged file names the command that rebuilds this same dataset (its tokenizer choice included).
+    (home / "datasets" / "local-corpus" / "tokens" / "train_00000.bin").write_bytes(b"")
+    with pytest.raises(prepare_module.PrepareError, match=re.escape(f"rerun `trnf prepare --source local --path {corpus}`")):
+        prepare_module.verify_token_files("local-corpus", home=home)
+    manifest = json.loads((home / "datasets" / "local-corpus" / "manifest.json").read_text())
+    shipped_manifest = {**manifest, "config": {**manifest["config"], "tokenizer_artifact_sha256": "x"}}
+    assert prepare_module._repair_command(shipped_manifest).endswith("--tokenizer shipped")
     with pytest.raises(prepare_module.PrepareError, match="--tokenizer bogus: unknown"):
         prepare_module.setup("local", path=corpus, home=home, tokenizer="bogus")
 
