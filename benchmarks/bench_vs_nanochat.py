@@ -1,5 +1,5 @@
 """trnf with its defaults against nanochat as its scripts/base_train.py builds it, on one CPU
-shape, in one process with the two trainings' steps interleaved (load hits both alike).
+shape, each in its own process, their steps interleaved in lockstep (load hits both alike).
 
 Shape (issue 15): depth 4, width 256, 4 heads of 64, context 256, 8,192 tokens per step
 (32 rows, no accumulation), float32, ``--threads`` threads. Both sides read the same
@@ -8,7 +8,9 @@ batches from the prepared dataset (``make_dataloader``) and are scored by the sa
 
 - trnf: ``recipes/tinyshakespeare.yaml`` resolved with the schema's defaults
   (``runtime.compile: auto``, fused chunked loss, batch-scaled LRs) in ``steps`` mode over
-  ``--steps``; built as the trainer builds it (``step_module`` + ``TrainStep``).
+  ``--steps``; built as the trainer builds it (``step_module`` + ``TrainStep``, and the
+  trainer's host-memory policy, ``runtime/host_memory.py``, which is process-wide: hence a
+  process per side).
 - nanochat: a checkout of github.com/karpathy/nanochat (``--nanochat DIR``; the commit is
   pinned in benchmarks/requirements-bench.txt: the ``nanochat`` name on PyPI is a
   different package that ships only its BPE tokenizer). Model on meta -> ``to_empty`` ->
@@ -18,8 +20,9 @@ batches from the prepared dataset (``make_dataloader``) and are scored by the sa
 
 Prints one JSON object: per side tokens/s (median, IQR) over the steady steps (the first
 ``--warmup`` steps of each seed carry compilation and are left out), the paired per-step
-ratio trnf / nanochat (median, IQR), val bpb per seed and its mean, peak RSS of each side
-alone (a child process per side), the compile (first-step) seconds, and /proc/loadavg.
+ratio trnf / nanochat (median, IQR), val bpb per seed and its mean, each side's peak RSS
+while training, the compile (first-step) seconds, and /proc/loadavg. A step's time is the
+optimizer step alone (forward, backward, update); the data loader runs outside it.
 
     TRNF_HOME=... .venv/bin/python benchmarks/bench_vs_nanochat.py --nanochat ~/src/nanochat \
         [--steps 48] [--seeds 3] [--threads 2] [--eval-tokens 32768]
@@ -75,7 +78,7 @@ class TrnfSide:
     name = "trnf"
 
     def __init__(self, seed: int, steps: int) -> None:
-        from trnfrontier.runtime import compiling, distributed
+        from trnfrontier.runtime import compiling, distributed, host_memory
         from trnfrontier.runtime.model import GPT, GPTConfig
         from trnfrontier.runtime.optim import build_optimizers
         from trnfrontier.runtime.step import TrainStep, step_module
@@ -85,6 +88,7 @@ class TrnfSide:
         self.model = GPT(GPTConfig.from_recipe(r.model))
         self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim), B * T)
         self.compiled = compiling.compile_enabled(r.runtime.compile, "cpu")
+        self.host_memory_kept = host_memory.keep_freed_memory("cpu")  # as the trainer does
         if self.compiled:
             compiling.use_cache_under_home()
             compiling.compile_optimizers(self.optimizers, "cpu")
@@ -192,40 +196,63 @@ def batches(prepare: Any, tokenizer: Any, seed: int):
         yield x.contiguous(), y.contiguous()  # nanochat views the targets flat
 
 
-def run_seed(prepare: Any, tokenizer: Any, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    sides = [TrnfSide(seed, args.steps), NanochatSide(seed, args.steps, tokenizer.get_vocab_size())]
-    times: dict[str, list[float]] = {s.name: [] for s in sides}
-    losses: dict[str, list[float]] = {s.name: [] for s in sides}
-    data = batches(prepare, tokenizer, seed)
-    for i in range(args.steps):
-        x, y = next(data)
-        for side in sides if i % 2 == 0 else sides[::-1]:  # alternate who goes first
-            start = time.perf_counter()
-            losses[side.name].append(side.step(x, y))
-            times[side.name].append(time.perf_counter() - start)
-    out: dict[str, Any] = {"seed": seed, "nanochat_window_pattern": sides[1].window_pattern, "trnf_compiled": sides[0].compiled}
-    for side in sides:
-        model = side.eval_model()
-        model.eval()
-        with torch.no_grad():
-            result = prepare.evaluate_bpb(model, tokenizer, B, seq_len=T, max_tokens=args.eval_tokens)
-        out[side.name] = {
-            "val_bpb": result["val_bpb"],
-            "first_step_seconds": times[side.name][0],
-            "step_seconds": times[side.name],
-            "final_train_loss": statistics.fmean(losses[side.name][-5:]),
-        }
-    return out
-
-
-def peak_rss_child(side: str, steps: int, queue: Any) -> None:
-    """One side alone for a few steps; its peak RSS (MiB) on the queue."""
+def side_worker(name: str, seed: int, args: dict[str, Any], conn: Any) -> None:
+    """One side in its own process (spawned), driven step by step over ``conn``: what a
+    process-wide setting of either tool (trnf's host-memory policy) changes stays on its
+    side, as in two separate training runs."""
+    sys.path.insert(0, args["nanochat"])
+    torch.set_num_threads(args["threads"])
     prepare, tokenizer = load_data()
-    model = TrnfSide(0, steps) if side == "trnf" else NanochatSide(0, steps, tokenizer.get_vocab_size())
-    data = batches(prepare, tokenizer, 0)
-    for _ in range(steps):
-        model.step(*next(data))
-    queue.put(peak_rss_mib())
+    steps = args["steps"]
+    side = TrnfSide(seed, steps) if name == "trnf" else NanochatSide(seed, steps, tokenizer.get_vocab_size())
+    data = batches(prepare, tokenizer, seed)
+    conn.send("ready")
+    losses: list[float] = []
+    while (command := conn.recv()) != "stop":
+        if command == "step":
+            x, y = next(data)  # the loader's time is not the step's
+            start = time.perf_counter()
+            losses.append(side.step(x, y))
+            conn.send(time.perf_counter() - start)
+        elif command == "finish":
+            peak = peak_rss_mib()  # training's high-water mark, before the evaluation
+            model = side.eval_model()
+            model.eval()
+            with torch.no_grad():
+                result = prepare.evaluate_bpb(model, tokenizer, B, seq_len=T, max_tokens=args["eval_tokens"])
+            conn.send({"val_bpb": result["val_bpb"], "peak_rss_mib": peak, "final_train_loss": statistics.fmean(losses[-5:]),
+                       **({"window_pattern": side.window_pattern} if name == "nanochat" else {"compiled": side.compiled, "host_memory_kept": side.host_memory_kept})})
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    workers = {}
+    for name in ("trnf", "nanochat"):
+        here, there = ctx.Pipe()
+        proc = ctx.Process(target=side_worker, args=(name, seed, vars(args), there))
+        proc.start()
+        workers[name] = (proc, here)
+    try:
+        for _proc, conn in workers.values():
+            if conn.recv() != "ready":
+                raise RuntimeError("a side failed to start")
+        times: dict[str, list[float]] = {name: [] for name in workers}
+        order = list(workers)
+        for i in range(args.steps):
+            for name in order if i % 2 == 0 else order[::-1]:  # alternate who goes first
+                workers[name][1].send("step")
+                times[name].append(workers[name][1].recv())
+        out: dict[str, Any] = {"seed": seed}
+        for name, (_proc, conn) in workers.items():
+            conn.send("finish")
+            out[name] = {**conn.recv(), "first_step_seconds": times[name][0], "step_seconds": times[name]}
+            conn.send("stop")
+    finally:
+        for proc, _conn in workers.values():
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+    return out
 
 
 def peak_rss_mib() -> float:
@@ -244,24 +271,6 @@ def load_data() -> tuple[Any, Any]:
     return prepare, prepare.ensure_tokenizer()
 
 
-def peak_memory(threads: int) -> dict[str, float]:
-    ctx = mp.get_context("spawn")
-    out = {}
-    for side in ("trnf", "nanochat"):
-        queue = ctx.Queue()
-        proc = ctx.Process(target=_child, args=(side, threads, sys.path[0], queue))
-        proc.start()
-        out[side + "_peak_rss_mib"] = queue.get()
-        proc.join()
-    return out
-
-
-def _child(side: str, threads: int, nanochat_dir: str, queue: Any) -> None:
-    sys.path.insert(0, nanochat_dir)
-    torch.set_num_threads(threads)
-    peak_rss_child(side, 2, queue)
-
-
 def summarise(seeds: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     steady = {name: [t for s in seeds for t in s[name]["step_seconds"][warmup:]] for name in ("trnf", "nanochat")}
     ratios = [n / t for s in seeds for t, n in zip(s["trnf"]["step_seconds"][warmup:], s["nanochat"]["step_seconds"][warmup:], strict=True)]
@@ -273,6 +282,8 @@ def summarise(seeds: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
         "val_bpb": {name: {"per_seed": v, "mean": statistics.fmean(v)} for name, v in bpb.items()},
         "first_step_seconds": {name: [s[name]["first_step_seconds"] for s in seeds] for name in ("trnf", "nanochat")},
         "final_train_loss": {name: [s[name]["final_train_loss"] for s in seeds] for name in ("trnf", "nanochat")},
+        # Training's resident high-water mark, each side in its own process (max over seeds).
+        "peak_rss_mib": {name: max(s[name]["peak_rss_mib"] for s in seeds) for name in ("trnf", "nanochat")},
     }
 
 
@@ -284,7 +295,6 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=5, help="steps per seed left out of tokens/s (compilation)")
     parser.add_argument("--eval-tokens", type=int, default=24576)
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS child processes")
     args = parser.parse_args()
     if not args.nanochat or not (Path(args.nanochat) / "nanochat" / "gpt.py").is_file():
         print("bench_vs_nanochat: give --nanochat DIR (a checkout of github.com/karpathy/nanochat; see benchmarks/requirements-bench.txt)", file=sys.stderr)
@@ -292,11 +302,11 @@ def main() -> int:
     sys.path.insert(0, str(Path(args.nanochat).resolve()))
     torch.set_num_threads(args.threads)
     load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
-    prepare, tokenizer = load_data()
+    args.nanochat = str(Path(args.nanochat).resolve())
     started = time.time()
     seeds = []
     for seed in range(args.seeds):
-        seeds.append(run_seed(prepare, tokenizer, seed, args))
+        seeds.append(run_seed(seed, args))
         # Each seed as it finishes (stderr), so a long run on a loaded machine shows progress.
         print(json.dumps({"seed_done": seed, **seeds[-1]}), file=sys.stderr, flush=True)
     result = {
@@ -304,15 +314,14 @@ def main() -> int:
         "steps_per_seed": args.steps,
         "seeds": args.seeds,
         **summarise(seeds, args.warmup),
-        "nanochat_window_pattern": seeds[0]["nanochat_window_pattern"],
-        "trnf_compiled": seeds[0]["trnf_compiled"],
+        "nanochat_window_pattern": seeds[0]["nanochat"]["window_pattern"],
+        "trnf_compiled": seeds[0]["trnf"]["compiled"],
+        "trnf_host_memory_kept": seeds[0]["trnf"]["host_memory_kept"],
         "wall_seconds": time.time() - started,
         "loadavg_before": load_before,
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None,
         "machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__, "cpus": os.cpu_count()},
     }
-    if not args.no_memory:
-        result.update(peak_memory(args.threads))
     print(json.dumps(result, indent=2))
     return 0
 

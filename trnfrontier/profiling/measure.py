@@ -25,7 +25,7 @@ from trnfrontier.profiling import flops, phases
 from trnfrontier.profiling.quiet import without_profiler_noise
 from trnfrontier.progress import Steps
 from trnfrontier.recipes import Recipe
-from trnfrontier.runtime import compiling, devices, distributed, prepare_calls
+from trnfrontier.runtime import compiling, devices, distributed, host_memory, prepare_calls
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
@@ -211,6 +211,7 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
     batches, source = _batches(recipe, spec.device, notes)
     # As the trainer builds it (one process: no DDP); compilation falls in the untimed warm-up.
     compiled = compiling.compile_enabled(recipe.runtime.compile, spec.type)
+    host_memory.keep_freed_memory(spec.type)
     if compiled:
         compiling.use_cache_under_home()
         compiling.compile_optimizers(optimizers, spec.type)

@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.runtime import compiling, devices, distributed, prepare_calls, runlock
+from trnfrontier.runtime import compiling, devices, distributed, host_memory, prepare_calls, runlock
 from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
@@ -185,6 +185,8 @@ class Trainer:
         # runtime.compile (auto: on for CPU and CUDA): the loss module and the optimizer
         # updates; the compile time lands in the first (uncharged) startup steps.
         self.compiled = compiling.compile_enabled(r.runtime.compile, self.device.type)
+        # CPU: the step's large tensors reuse heap blocks instead of being mapped afresh.
+        self.host_memory_kept = host_memory.keep_freed_memory(self.device.type)
         if self.compiled:
             compiling.compile_optimizers(self.optimizers, self.device.type)
         self.first_step_seconds: float | None = None
@@ -589,6 +591,7 @@ class Trainer:
             "charged_seconds": accounting["charged_seconds"],
             "startup_seconds": accounting["startup_seconds"],
             "compiled": self.compiled,
+            "host_memory_kept": self.host_memory_kept,
             "first_step_seconds": self.first_step_seconds,
             "headroom_seconds": accounting["headroom_seconds"],
             "over_budget": accounting["over_budget"],
