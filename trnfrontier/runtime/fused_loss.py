@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trnfrontier.runtime import cpu_linear
+
 # Bytes of one [rows, vocab] float32 chunk buffer (two are live at a time). 16 MiB (512
 # rows at vocab 8192): the buffers stay in a server CPU's L3 and under glibc's largest mmap
 # threshold (32 MiB), so they are reused from the heap rather than mapped and faulted in
@@ -62,7 +64,7 @@ class _LinearSoftcapCrossEntropy(torch.autograd.Function):
                 g, loss_c = _chunk_loss_and_grad(xc, w, targets[start : start + chunk], cap, ignore_index)
                 loss_sum += loss_c
                 g = g.to(dtype)
-                grad_x[start : start + chunk] = (g @ w).to(x.dtype)
+                grad_x[start : start + chunk] = cpu_linear.fast_linear(g, w.t()).to(x.dtype)
                 if grad_w.dtype == dtype:
                     grad_w.addmm_(g.t(), xc)
                 else:
@@ -94,7 +96,7 @@ def _chunk_loss_and_grad(
     In place on two [rows, vocab] float32 buffers: ``t`` (tanh of the scaled logits, then
     the softcap's derivative) and ``p`` (capped logits, then the softmax, then the grad).
     """
-    z = xc @ w.t()
+    z = cpu_linear.fast_linear(xc, w)
     z = z.to(torch.promote_types(z.dtype, torch.float32))
     valid = targets != ignore_index
     safe = torch.where(valid, targets, torch.zeros_like(targets)).unsqueeze(1)
@@ -135,7 +137,7 @@ def linear_softcap_cross_entropy(
     if reduction == "mean" and needs_grad:
         rows = chunk if chunk is not None else chunk_rows(weight.size(0))
         return _LinearSoftcapCrossEntropy.apply(flat_x, weight, flat_t, float(cap), int(ignore_index), int(rows))
-    logits = F.linear(flat_x, weight)
+    logits = cpu_linear.fast_linear(flat_x, weight)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     if cap > 0:
         logits = cap * torch.tanh(logits / cap)

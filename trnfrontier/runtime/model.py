@@ -136,9 +136,9 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
         B, T, _ = x.shape
         # [B, T, H*D] -> [B, H, T, D]
-        q = self.c_q(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
+        q = ops.linear(x, self.c_q.weight).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = ops.linear(x, self.c_k.weight).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = ops.linear(x, self.c_v.weight).view(B, T, self.n_kv_head, self.head_dim)
         if ve is not None and self.ve_gate is not None:
             # Gate in (0, 2), exactly 1 at initialisation (zero gate weights).
             gate = 2.0 * torch.sigmoid(self.ve_gate(x[..., : self.ve_gate_channels]))
@@ -148,7 +148,7 @@ class CausalSelfAttention(nn.Module):
         k = ops.rotary_rms_norm(k, cos, sin)
         y = ops.causal_attention(q, k, v)
         y = y.transpose(1, 2).reshape(B, T, -1)
-        return self.c_proj(y)
+        return ops.linear(y, self.c_proj.weight)
 
 
 class MLP(nn.Module):
@@ -159,7 +159,7 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.c_proj(ops.relu_squared(self.c_fc(x)))
+        return ops.linear(ops.relu_squared(ops.linear(x, self.c_fc.weight)), self.c_proj.weight)
 
 
 class Block(nn.Module):
@@ -244,7 +244,7 @@ class GPT(nn.Module):
         return logits
 
     def _uncapped_logits(self, idx: Tensor) -> Tensor:
-        return self.lm_head(self._final_hidden(idx)).float()
+        return ops.linear(self._final_hidden(idx), self.lm_head.weight).float()
 
     def _final_hidden(self, idx: Tensor) -> Tensor:
         """The normalised last hidden state [B, T, n_embd], the head's input."""

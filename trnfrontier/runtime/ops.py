@@ -16,10 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trnfrontier.runtime import fused_loss
+from trnfrontier.runtime import cpu_linear, fused_loss
 
 # ----------------------------------------------------------------------------------------
 # Plain PyTorch reference implementations.
+
+
+def _linear(x: Tensor, weight: Tensor) -> Tensor:
+    """``x @ weight.T``, no bias (oneDNN on a float32 CPU step: see cpu_linear)."""
+    return cpu_linear.fast_linear(x, weight)
 
 
 def _rms_norm(x: Tensor) -> Tensor:
@@ -99,6 +104,7 @@ def _linear_softcapped_cross_entropy(
 
 
 _DEFAULTS: dict[str, Callable[..., Tensor]] = {
+    "linear": _linear,
     "rms_norm": _rms_norm,
     "relu_squared": _relu_squared,
     "apply_rotary": _apply_rotary,
@@ -140,6 +146,10 @@ def reference(name: str) -> Callable[..., Tensor]:
 
 # ----------------------------------------------------------------------------------------
 # What the model calls. Looked up at call time so that register() takes effect at once.
+
+
+def linear(x: Tensor, weight: Tensor) -> Tensor:
+    return OPS["linear"](x, weight)
 
 
 def rms_norm(x: Tensor) -> Tensor:
