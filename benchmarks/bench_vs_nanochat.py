@@ -88,7 +88,7 @@ class TrnfSide:
         self.model = GPT(GPTConfig.from_recipe(r.model))
         self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim), B * T)
         self.compiled = compiling.compile_enabled(r.runtime.compile, "cpu")
-        self.host_memory_kept = host_memory.keep_freed_memory("cpu")  # as the trainer does
+        self.host_memory_kept = host_memory.kept()  # run_seed starts this process as trnf train does
         if self.compiled:
             compiling.use_cache_under_home()
             compiling.compile_optimizers(self.optimizers, "cpu")
@@ -225,12 +225,26 @@ def side_worker(name: str, seed: int, args: dict[str, Any], conn: Any) -> None:
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    from trnfrontier.runtime import host_memory
+
     ctx = mp.get_context("spawn")
     workers = {}
     for name in ("trnf", "nanochat"):
         here, there = ctx.Pipe()
         proc = ctx.Process(target=side_worker, args=(name, seed, vars(args), there))
-        proc.start()
+        # trnf train starts a CPU run with glibc keeping freed blocks (runtime/host_memory.py);
+        # nanochat's base_train is started with the environment as it is.
+        extra = host_memory.keep_freed_env("cpu") if name == "trnf" else {}
+        saved = {key: os.environ.get(key) for key in extra}
+        os.environ.update(extra)
+        try:
+            proc.start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         workers[name] = (proc, here)
     try:
         for _proc, conn in workers.values():

@@ -34,7 +34,7 @@ from trnfrontier.interrupted import clear_stopped_run, restartable
 from trnfrontier.lifeline import supervisor_env
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
-from trnfrontier.runtime import runlock
+from trnfrontier.runtime import host_memory, runlock
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint import check_resumable
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
@@ -303,6 +303,8 @@ def launch_env(recipe: Recipe) -> dict[str, str]:
         env["TRNF_DATASET"] = recipe.data.dataset
     if recipe.runtime.device in ("neuron", "auto"):
         env["NEURON_LOGICAL_NC_CONFIG"] = str(recipe.runtime.lnc)
+    # glibc reads these at process start: a CPU step's large tensors reuse heap blocks.
+    env.update(host_memory.keep_freed_env(recipe.runtime.device))
     return env
 
 

@@ -1,8 +1,9 @@
-"""runtime/host_memory.py: glibc keeps a CPU step's large tensors in its heap."""
+"""runtime/host_memory.py: a CPU training process is started with glibc keeping freed blocks."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -10,20 +11,20 @@ import textwrap
 
 import pytest
 
-from trnfrontier.runtime.host_memory import keep_freed_memory
+from trnfrontier.runtime.host_memory import KEEP_FREED, keep_freed_env, kept
 
 glibc = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's"
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="the tunables are glibc's"
 )
 
-# In a child process: the policy is process-wide and would outlive the test otherwise.
-# mallinfo2().hblkhd is the bytes glibc holds in mmap'd blocks; a 64 MiB tensor is above
-# every mmap threshold glibc allows, so by default it is one of them.
+# mallinfo2().hblkhd is the bytes glibc holds in mmap'd blocks: by default a 64 MiB tensor
+# (above every mmap threshold glibc allows) is one; kept, it comes from the heap, which
+# still holds it after it is freed.
 _PROBE = textwrap.dedent(
     """
-    import ctypes, json, sys
+    import ctypes, json
     import torch
-    from trnfrontier.runtime.host_memory import keep_freed_memory
+    from trnfrontier.runtime.host_memory import kept
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -32,39 +33,51 @@ _PROBE = textwrap.dedent(
 
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = MallInfo2
-    applied = keep_freed_memory(sys.argv[1])
     before = libc.mallinfo2().hblkhd
     tensor = torch.empty(16 * 2**20, dtype=torch.float32).fill_(1.0)
-    during = libc.mallinfo2().hblkhd
+    mapped = libc.mallinfo2().hblkhd - before
     del tensor
-    again = torch.empty(16 * 2**20, dtype=torch.float32).fill_(2.0)
-    print(json.dumps({"applied": applied, "mapped": during - before, "arena": libc.mallinfo2().arena}))
+    print(json.dumps({"kept": kept(), "mapped": mapped, "arena": libc.mallinfo2().arena}))
     """
 )
 
 
-def _probe(device_type: str, env_extra: dict[str, str] | None = None) -> dict[str, int]:
-    import os
-
-    env = {**os.environ, **(env_extra or {})}
+def _probe(extra: dict[str, str]) -> dict[str, int]:
+    env = {k: v for k, v in os.environ.items() if k not in KEEP_FREED}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, device_type], capture_output=True, text=True, env=env, timeout=120, check=True
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, env={**env, **extra}, timeout=120, check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @glibc
-def test_cpu_training_keeps_large_tensors_in_the_heap() -> None:
-    kept = _probe("cpu")
-    assert kept["applied"] is True
-    assert kept["mapped"] == 0  # served from the heap
-    assert kept["arena"] >= 64 * 2**20  # ... which kept it for the next allocation
-    default = _probe("cpu", {"TRNF_HOST_MALLOC": "system"})
-    assert default["applied"] is False
+def test_a_process_started_with_the_variables_keeps_large_tensors_in_the_heap() -> None:
+    with_env = _probe(keep_freed_env("cpu", {}))
+    assert with_env["kept"] is True
+    assert with_env["mapped"] == 0  # served from the heap
+    assert with_env["arena"] >= 64 * 2**20  # ... which keeps it after the free
+    default = _probe({})
+    assert default["kept"] is False
     assert default["mapped"] >= 64 * 2**20  # glibc's default maps it (the check can fail)
 
 
-def test_only_cpu_training_and_never_when_the_user_opts_out() -> None:
-    assert keep_freed_memory("cuda") is False
-    assert keep_freed_memory("neuron") is False
-    assert keep_freed_memory("cpu", {"TRNF_HOST_MALLOC": "system"}) is False
+def test_only_host_training_and_never_over_the_users_choice() -> None:
+    assert keep_freed_env("cpu", {}) == KEEP_FREED
+    assert keep_freed_env("auto", {}) == KEEP_FREED
+    assert keep_freed_env("cuda", {}) == {}
+    assert keep_freed_env("neuron", {}) == {}
+    assert keep_freed_env("cpu", {"TRNF_HOST_MALLOC": "system"}) == {}
+    assert keep_freed_env("cpu", {"MALLOC_TRIM_THRESHOLD_": "0"}) == {}  # the user tuned glibc
+    assert kept({"MALLOC_MMAP_MAX_": "0"}) and not kept({})
+
+
+def test_trnf_train_starts_a_cpu_run_with_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trnfrontier.recipes.loading import load_recipe
+    from trnfrontier.training import launch_env
+
+    for name in (*KEEP_FREED, "TRNF_HOST_MALLOC"):
+        monkeypatch.delenv(name, raising=False)
+    recipe = load_recipe("cpu_smoke")
+    assert {k: launch_env(recipe).get(k) for k in KEEP_FREED} == KEEP_FREED
+    monkeypatch.setenv("TRNF_HOST_MALLOC", "system")
+    assert not any(k in launch_env(recipe) for k in KEEP_FREED)

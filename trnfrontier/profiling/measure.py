@@ -211,7 +211,12 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
     batches, source = _batches(recipe, spec.device, notes)
     # As the trainer builds it (one process: no DDP); compilation falls in the untimed warm-up.
     compiled = compiling.compile_enabled(recipe.runtime.compile, spec.type)
-    host_memory.keep_freed_memory(spec.type)
+    if spec.type == "cpu" and not host_memory.kept():
+        notes.append(
+            "host memory: glibc's defaults here; trnf train starts CPU runs with "
+            + " ".join(f"{k}={v}" for k, v in host_memory.KEEP_FREED.items())
+            + " (set them to profile the same step)"
+        )
     if compiled:
         compiling.use_cache_under_home()
         compiling.compile_optimizers(optimizers, spec.type)

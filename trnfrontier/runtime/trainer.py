@@ -185,8 +185,8 @@ class Trainer:
         # runtime.compile (auto: on for CPU and CUDA): the loss module and the optimizer
         # updates; the compile time lands in the first (uncharged) startup steps.
         self.compiled = compiling.compile_enabled(r.runtime.compile, self.device.type)
-        # CPU: the step's large tensors reuse heap blocks instead of being mapped afresh.
-        self.host_memory_kept = host_memory.keep_freed_memory(self.device.type)
+        # CPU: started so that the step's large tensors reuse heap blocks (host_memory).
+        self.host_memory_kept = self.device.type == "cpu" and host_memory.kept()
         if self.compiled:
             compiling.compile_optimizers(self.optimizers, self.device.type)
         self.first_step_seconds: float | None = None
