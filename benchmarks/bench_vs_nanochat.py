@@ -200,6 +200,7 @@ def side_worker(name: str, seed: int, args: dict[str, Any], conn: Any) -> None:
     """One side in its own process (spawned), driven step by step over ``conn``: what a
     process-wide setting of either tool (trnf's host-memory policy) changes stays on its
     side, as in two separate training runs."""
+    sys.stdout = sys.stderr  # what a side prints (nanochat's setup notes) stays off the JSON
     sys.path.insert(0, args["nanochat"])
     torch.set_num_threads(args["threads"])
     prepare, tokenizer = load_data()
