@@ -133,12 +133,23 @@ class CausalSelfAttention(nn.Module):
             else None
         )
 
+    def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k and v [B, T, heads * D] from one matmul against the three weights stacked:
+        one wide product costs less than three narrow ones (the weights stay separate
+        parameters, so checkpoints and the optimizer see c_q, c_k and c_v as before)."""
+        weight = torch.cat((self.c_q.weight, self.c_k.weight, self.c_v.weight))
+        qkv = ops.linear(x, weight)
+        kv_dim = self.n_kv_head * self.head_dim
+        q, k, v = qkv.split((self.n_head * self.head_dim, kv_dim, kv_dim), dim=-1)
+        return q, k, v
+
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
         B, T, _ = x.shape
         # [B, T, H*D] -> [B, H, T, D]
-        q = ops.linear(x, self.c_q.weight).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        k = ops.linear(x, self.c_k.weight).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        v = ops.linear(x, self.c_v.weight).view(B, T, self.n_kv_head, self.head_dim)
+        q, k, v = self._project_qkv(x)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_head, self.head_dim)
         if ve is not None and self.ve_gate is not None:
             # Gate in (0, 2), exactly 1 at initialisation (zero gate weights).
             gate = 2.0 * torch.sigmoid(self.ve_gate(x[..., : self.ve_gate_channels]))
