@@ -43,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -235,17 +236,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         proc = ctx.Process(target=side_worker, args=(name, seed, vars(args), there))
         # trnf train starts a CPU run with glibc keeping freed blocks (runtime/host_memory.py);
         # nanochat's base_train is started with the environment as it is.
-        extra = host_memory.keep_freed_env("cpu") if name == "trnf" else {}
-        saved = {key: os.environ.get(key) for key in extra}
-        os.environ.update(extra)
-        try:
+        with mock.patch.dict(os.environ, host_memory.keep_freed_env("cpu") if name == "trnf" else {}):
             proc.start()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         workers[name] = (proc, here)
     try:
         for _proc, conn in workers.values():

@@ -72,7 +72,7 @@ onednn_linear = _define_onednn_linear()
 
 
 def onednn_takes(x: Tensor, weight: Tensor) -> bool:
-    """Whether ``linear`` sends this pair to oneDNN."""
+    """Whether ``fast_linear`` sends this pair to oneDNN."""
     return (
         ONEDNN
         and x.device.type == "cpu"

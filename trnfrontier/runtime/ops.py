@@ -22,11 +22,6 @@ from trnfrontier.runtime import cpu_linear, fused_loss
 # Plain PyTorch reference implementations.
 
 
-def _linear(x: Tensor, weight: Tensor) -> Tensor:
-    """``x @ weight.T``, no bias (oneDNN on a float32 CPU step: see cpu_linear)."""
-    return cpu_linear.fast_linear(x, weight)
-
-
 def _rms_norm(x: Tensor) -> Tensor:
     """Parameter-free RMSNorm over the last dimension."""
     return F.rms_norm(x, (x.size(-1),))
@@ -104,7 +99,7 @@ def _linear_softcapped_cross_entropy(
 
 
 _DEFAULTS: dict[str, Callable[..., Tensor]] = {
-    "linear": _linear,
+    "linear": cpu_linear.fast_linear,  # x @ weight.T, no bias; oneDNN on a float32 CPU step
     "rms_norm": _rms_norm,
     "relu_squared": _relu_squared,
     "apply_rotary": _apply_rotary,
