@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trnfrontier.child_env import child_env, data_env, data_home
+from trnfrontier.child_env import child_env, data_env, data_home, diagnostics_env
 from trnfrontier.verify.dryrun import clean_environ
 
 
@@ -59,3 +59,15 @@ def test_the_dry_run_forwards_the_kits_knobs_and_stops_it_with_its_own(monkeypat
     assert env["NEURON_COMPETITION_R1_NUM_STEPS"] == "3"  # the kit's own step knob stops it
     assert env["NEURON_COMPETITION_R1_EVAL_PUBLIC"] == "0" and env["NEURON_COMPETITION_R1_EVAL_TOKENS"] == "4096"
     assert env["NEURON_COMPETITION_R1_STEP_LOG"] == str(tmp_path / "work" / "run" / "step_boundaries.jsonl")
+
+
+def test_every_child_starts_with_faulthandler_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A fatal signal in a rank then leaves each thread's Python stack in its log (how an abort
+    in interpreter shutdown is told from a crash: kit.logs.aborted_after_finishing)."""
+    monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
+    assert child_env({"PATH": "/bin"})["PYTHONFAULTHANDLER"] == "1"
+    assert clean_environ(tmp_path / "home", 2, 2, 3, tmp_path / "run")["PYTHONFAULTHANDLER"] == "1"
+    assert diagnostics_env() == {"PYTHONFAULTHANDLER": "1"}
+    assert child_env({"PYTHONFAULTHANDLER": ""})["PYTHONFAULTHANDLER"] == ""  # what the caller sets wins
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "")
+    assert diagnostics_env() == {}

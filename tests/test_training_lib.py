@@ -88,6 +88,11 @@ def test_neuron_launch_env_sets_the_logical_core_config() -> None:
     assert "NEURON_LOGICAL_NC_CONFIG" not in training.launch_env(load_recipe("cpu_smoke"))
 
 
+def test_training_ranks_start_with_faulthandler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
+    assert training.launch_env(load_recipe("cpu_smoke"))["PYTHONFAULTHANDLER"] == "1"
+
+
 def test_vocab_mismatch_with_the_tokenizer_is_refused(sample_home) -> None:
     with pytest.raises(TrnfError) as info:
         training.check_can_train(load_recipe("cpu_smoke", ["model.vocab_size=4096"]))

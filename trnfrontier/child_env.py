@@ -9,6 +9,11 @@ resolved here in the parent, whether or not the user ever set ``TRNF_HOME``.
 ``data_env()`` is the one place that decides what is forwarded; ``child_env(base)`` adds
 it to an environment being built. Other forwarding (the organisers'
 ``NEURON_COMPETITION_R1_*`` variables) belongs here too, so every spawn site gets it.
+
+``DIAGNOSTICS`` is what every child is started with besides: faulthandler, so a fatal
+signal (a segfault in a kernel, an abort in a C++ thread) leaves each Python thread's stack
+in the child's log, which is also how trnf tells an abort during interpreter shutdown from
+a crash (``kit.logs.aborted_after_finishing``).
 """
 
 from __future__ import annotations
@@ -18,13 +23,15 @@ from collections.abc import Mapping
 
 from trnfrontier.runtime.data_home import HOME_ENV, data_home
 
-__all__ = ["child_env", "data_env", "data_home"]
+__all__ = ["DIAGNOSTICS", "child_env", "data_env", "data_home", "diagnostics_env"]
 
 # Forwarded as they are when set: the prepared dataset to read, the trusted prepare.py.
 FORWARDED = ("TRNF_DATASET", "TRNF_PREPARE")
 # The organisers' variables (KIT-CONTRACT.md): their prepare.py's data root and step log,
 # their train.py's flag defaults (NUM_STEPS, EVAL_PUBLIC, ...). All forwarded when set.
 KIT_PREFIX = "NEURON_COMPETITION_R1_"
+# Set for every child unless the environment being built says otherwise.
+DIAGNOSTICS = {"PYTHONFAULTHANDLER": "1"}
 
 
 def data_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -39,7 +46,13 @@ def data_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def diagnostics_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``DIAGNOSTICS`` less what ``environ`` (the user's) already sets."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in DIAGNOSTICS.items() if k not in environ}
+
+
 def child_env(base: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (the environment being built for a child) plus ``data_env()``; what ``base``
-    sets itself wins."""
-    return {**data_env(environ), **base}
+    """``base`` (the environment being built for a child) plus ``data_env()`` and
+    ``DIAGNOSTICS``; what ``base`` sets itself wins."""
+    return {**DIAGNOSTICS, **data_env(environ), **base}

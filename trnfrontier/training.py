@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.table import Table
 
 from trnfrontier import processes
-from trnfrontier.child_env import data_env
+from trnfrontier.child_env import data_env, diagnostics_env
 from trnfrontier.console import err
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.interrupted import clear_stopped_run, restartable
@@ -298,7 +298,7 @@ def launch_command(run_dir: Path, recipe: Recipe, resume: bool) -> list[str]:
 def launch_env(recipe: Recipe) -> dict[str, str]:
     """Environment additions: the same prepare.py and dataset in every worker, and the
     Neuron logical-core configuration from the recipe."""
-    env = {**data_env(), **supervisor_env(), PREPARE_ENV: str(selected_prepare_path())}
+    env = {**diagnostics_env(), **data_env(), **supervisor_env(), PREPARE_ENV: str(selected_prepare_path())}
     if recipe.data.dataset:
         env["TRNF_DATASET"] = recipe.data.dataset
     if recipe.runtime.device in ("neuron", "auto"):

@@ -12,6 +12,8 @@ steps, ``out/final.pt`` in the kit layout, and ``load_for_eval``. ``mode`` spoil
   then the last rank sleeps forever and the others wait for it in a barrier.
 - ``nan``: the loss becomes NaN from step index 2.
 - ``nolog``: never calls record_step_boundary.
+- ``exitabort``: rank 1 finishes, then aborts while Python shuts down, printing what
+  torch's gloo backend prints when it does so (see ``kit.logs.aborted_after_finishing``).
 - ``overbudget``: after its steps, rank 0 appends one more boundary 3,000 s in the future
   to the step log, as if the run had taken that long.
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from tests.cli_run import run_cli  # noqa: F401  (the kit tests import it from here)
 
-MODES = ("good", "crash", "hang", "nan", "nolog", "overbudget")
+MODES = ("good", "crash", "hang", "nan", "nolog", "overbudget", "exitabort")
 
 TEMPLATE = '''\
 """A kit-style train.py (the organisers' layout), written by trnf's tests."""
@@ -107,6 +109,11 @@ def load_for_eval(checkpoint_path, device):
         print(f"step {{steps - 1}} | val_bpb {{result['val_bpb']:.4f}}", flush=True)
     if is_ddp:
         dist.destroy_process_group()
+    if MODE == "exitabort" and rank == 1:
+        import atexit
+        import sys
+        sys.stderr.write("terminate called without an active exception\\n")
+        atexit.register(os.abort)  # runs after the script, with no Python frame left
 
 
 if __name__ == "__main__":

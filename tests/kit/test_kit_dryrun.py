@@ -55,6 +55,18 @@ def test_good_script_passes_every_stage_on_two_ranks(sample_home: Path, tmp_path
 
 
 @pytest.mark.slow
+def test_an_abort_in_python_shutdown_after_finishing_passes_with_a_word(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = write_train_py(tmp_path / "team", "exitabort")
+    code, out, err = run_cli(["train", "--train-py", str(train_py), "--dry-run", "--nproc", "2", "--steps", "3", "--json"], capsys)
+    assert code == 0, err[-3000:]
+    stages = {s["name"]: s for s in json.loads(out)["stages"]}
+    assert all(s["passed"] for s in stages.values()), stages
+    # rank 1's, or rank 0's when torch's own gloo race aborted it first (the same signature)
+    assert re.search(r"finished \(rank [01] then aborted in Python's shutdown", stages["steps"]["detail"])
+    assert "step log recorded 3 steps" in stages["steps"]["detail"]
+
+
+@pytest.mark.slow
 def test_crash_on_rank_1_fails_the_steps_stage_with_its_traceback(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train_py = write_train_py(tmp_path / "team", "crash")
     code, out, err = run_cli(["train", "--train-py", str(train_py), "--dry-run", "--nproc", "2"], capsys)

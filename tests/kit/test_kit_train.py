@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,25 @@ def test_crash_on_rank_1_reports_rank_1s_traceback(sample_home: Path, tmp_path: 
     assert 'raise RuntimeError("injected failure on rank 1 at step 2")' in err[tail_start:]
     summary = _summary(run_dir)
     assert summary["status"] == "crashed" and summary["failed_rank"] == 1 and summary["exit_code"] == 1
+
+
+@pytest.mark.slow
+def test_an_abort_in_python_shutdown_after_finishing_is_a_note_not_a_crash(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    train_py = write_train_py(tmp_path / "team", "exitabort")
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli(["train", "--train-py", str(train_py), "--nproc", "2", "--out", str(run_dir), *RUN_TIMEOUT], capsys)
+    assert code == 0, err[-3000:]
+    assert error_lines(err) == []
+    # rank 1's, or rank 0's when torch's own gloo race aborted it first (the same signature)
+    assert re.search(r"note: rank ([01]) aborted while Python shut down, after train.py had finished \(torchrun exit 1\)", err)
+    summary = _summary(run_dir)
+    assert summary["status"] == "completed" and summary["problems"] == [] and summary["failed_rank"] is None
+    assert summary["exit_code"] == 1 and summary["steps"] == 8 and summary["reported_val_bpb"] > 0
+    [note] = [n for n in summary["notes"] if "aborted while Python shut down" in n]
+    log = run_dir / "logs" / f"rank{note.split()[1]}.stderr.log"
+    assert str(log) in note
+    # trnf started the ranks with faulthandler on: the dump that tells shutdown from a crash.
+    assert "<no Python frame>" in log.read_text()
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -125,3 +125,59 @@ def test_error_line_and_tail(tmp_path: Path) -> None:
     log.write_text("\n".join(f"line {i}" for i in range(30)) + "\n\n")
     assert logs.tail(log, 3) == ["line 27", "line 28", "line 29"]
     assert logs.tail(tmp_path / "missing.log") == []
+
+
+# ---------------------------------------------------------------------------- an abort at exit
+
+# What rank 1 of a 2-rank gloo run printed (torch 2.13, CPU, faulthandler on) when torch's
+# gloo worker freed the final all-reduce's tensor after the interpreter began shutting down.
+GLOO_EXIT_ABORT = """\
+terminate called without an active exception
+Fatal Python error: Aborted
+
+Thread 0x00007f9cf8a3eb80 (most recent call first):
+  <no Python frame>
+
+Extension modules: numpy._core._multiarray_umath, torch._C, torch._C._nn (total: 3)
+"""
+
+TORCHRUN_AFTER = """\
+W1130 17:40:04.383000 10386 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 10392 closing signal SIGTERM
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+  exitcode  : -6 (pid: 10393)  (SIGABRT)
+"""
+
+# The same abort while the script still ran: the main thread has a Python frame.
+ABORT_MID_RUN = """\
+terminate called without an active exception
+Fatal Python error: Aborted
+
+Current thread 0x00007f3873fe0b80 (most recent call first):
+  File "/team/train.py", line 88 in main
+  File "/team/train.py", line 120 in <module>
+"""
+
+
+@pytest.mark.parametrize("text", [
+    GLOO_EXIT_ABORT,
+    "step 7 | val_bpb 2.96\n" + GLOO_EXIT_ABORT + TORCHRUN_AFTER,  # a console holding it
+    "".join(f"[default1]:{line}\n" for line in GLOO_EXIT_ABORT.splitlines()),  # torchrun --tee
+    GLOO_EXIT_ABORT.replace("Thread 0x", "Current thread 0x"),  # the main thread aborted
+])
+def test_an_abort_after_the_script_finished_is_recognised(text: str) -> None:
+    assert logs.aborted_after_finishing(text)
+
+
+@pytest.mark.parametrize("text", [
+    ABORT_MID_RUN,
+    # a second thread still in Python code
+    GLOO_EXIT_ABORT.replace("  <no Python frame>\n", '  <no Python frame>\n\nThread 0x1 (most recent call first):\n  File "x.py", line 3 in f\n'),
+    GLOO_EXIT_ABORT.replace("without an active exception", "after throwing an instance of 'gloo::EnforceNotMet'"),
+    "terminate called without an active exception\n",  # no faulthandler dump: nothing tells when
+    # the script raised, then the interpreter shut down and aborted the same way
+    "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: injected\n" + GLOO_EXIT_ABORT,
+    "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: boom\n",
+    "",
+])
+def test_any_other_abort_or_crash_is_not(text: str) -> None:
+    assert not logs.aborted_after_finishing(text)

@@ -52,6 +52,49 @@ def test_a_failed_dry_run_names_its_kept_log(tmp_path: Path, monkeypatch: pytest
         log.unlink()
 
 
+EXIT_ABORT_TAIL = """\
+terminate called without an active exception
+Fatal Python error: Aborted
+
+Thread 0x00007f9cf8a3eb80 (most recent call first):
+  <no Python frame>
+
+Extension modules: torch._C (total: 1)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+  exitcode  : -6 (pid: 10393)  (SIGABRT)
+"""
+
+
+@pytest.mark.parametrize(("tail", "passed"), [
+    (EXIT_ABORT_TAIL, True),
+    (EXIT_ABORT_TAIL.replace("<no Python frame>", 'File "/work/run/train.py", line 9 in main'), False),
+])
+def test_an_abort_in_python_shutdown_after_finishing_does_not_fail_the_dry_run(
+    tail: str, passed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    (root / "train.py").write_text("print('trains')\n")
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def finish_then_abort(*args: object, **kwargs: object) -> tuple[int, str]:
+        (work / "run" / "out").mkdir(parents=True)
+        (work / "run" / "out" / "final.pt").write_bytes(b"checkpoint")
+        return 1, tail
+
+    monkeypatch.setattr(dryrun, "build_clean_env", lambda work, prepare: work / "venv" / "bin" / "python")
+    monkeypatch.setattr(dryrun.sandbox, "run", finish_then_abort)
+    monkeypatch.setattr(dryrun, "load_back", lambda *a, **k: (True, "loads"))
+    result = dryrun.dry_run(root, ["train.py"], work, nproc=2, lnc=2, prepare=None, steps=3, timeout=60)
+    assert result.passed is passed
+    what = "a rank then aborted in Python's shutdown" if passed else "train.py exited 1"
+    assert what in result.reason
+    log = Path(re.search(r"log \(its last part\): (\S+?)\)?(?:,|$)", result.reason).group(1))
+    assert "Fatal Python error: Aborted" in log.read_text()  # kept either way, for reading
+    log.unlink()
+
+
 def test_verify_says_which_check_is_running(tmp_path: Path) -> None:
     from trnfrontier.progress import Steps
     from trnfrontier.verify import Options, verify_archive

@@ -157,11 +157,16 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
     boundaries = logged_boundaries(run_dir)
 
     missing = [r for r in range(nproc) if r not in rank_logs]
-    why = ""
+    why, exited = "", "exited 0"
     crashed = outcome.exit_code not in (0, None)
     if crashed:
-        rank, report.failure_log, report.failure_tail = logs.failure(outcome.console, rank_logs, work / "logs" / "console.log")
-        why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(report.failure_tail)[:240]}"
+        rank, failure_log, failure_tail = logs.failure(outcome.console, rank_logs, work / "logs" / "console.log")
+        if rank in rank_logs and logs.aborted_after_finishing(failure_log.read_text(errors="replace")):
+            # Not a failure of train.py: the checkpoint and load_for_eval checks below still judge the run.
+            crashed, exited = False, f"finished (rank {rank} then aborted in Python's shutdown: {logs.ABORT_WITHOUT_EXCEPTION})"
+        else:
+            report.failure_log, report.failure_tail = failure_log, failure_tail
+            why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(failure_tail)[:240]}"
     elif outcome.timed_out:
         report.failure_log = work / "logs" / "console.log"
         report.failure_tail = logs.tail(report.failure_log)
@@ -177,12 +182,12 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
         report.add("steps", False, why)
         return report.skip_rest()
     # record_step_boundary takes the 0-based index: the last index + 1 steps completed.
-    report.add("steps", True, f"all {nproc} rank(s) exited 0; step log recorded {boundaries[-1][0] + 1} steps "
+    report.add("steps", True, f"all {nproc} rank(s) {exited}; step log recorded {boundaries[-1][0] + 1} steps "
                                f"({DRY_RUN_STEPS_ENV} = NEURON_COMPETITION_R1_NUM_STEPS = {steps}); step lines printed: {_rank_steps(rank_logs)}")
 
     checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:
-        report.add("checkpoint", False, "train.py exited 0 but wrote no checkpoint (out/final.pt or any *.pt)")
+        report.add("checkpoint", False, "train.py finished but wrote no checkpoint (out/final.pt or any *.pt)")
         return report.skip_rest()
     report.add("checkpoint", True, f"{checkpoint.relative_to(run_dir)} ({checkpoint.stat().st_size:,} bytes)")
 

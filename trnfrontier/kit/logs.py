@@ -248,3 +248,46 @@ def last_error_line(lines: list[str]) -> str:
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line):
             return line
     return bare[-1] if bare else ""
+
+
+# ---------------------------------------------------------------------------- an abort at exit
+
+# torch's gloo backend frees a collective's tensors on its own worker thread just after the
+# collective completes, and freeing a tensor Python made needs the GIL. When the script has
+# already ended and the interpreter is shutting down, that thread cannot take the GIL: Python
+# ends it, the unwinding meets a noexcept destructor, and the C++ runtime aborts the process
+# (exit -6) after the script's last line ran. A script whose last collective is an
+# all-reduce shortly before it exits (the kit's evaluate_bpb) hits this now and then
+# (torch 2.13 on CPU: 1 run in ~12 on a loaded 2-core machine); torchrun then stops the
+# other ranks and exits 1. trnf starts every rank with faulthandler on (child_env), so the
+# abort prints each Python thread's stack: all of them empty means no Python code was
+# running any more, which tells this apart from a crash.
+ABORT_WITHOUT_EXCEPTION = "terminate called without an active exception"
+_FATAL_ABORT = "Fatal Python error: Aborted"
+_THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$")
+_NO_FRAME = "<no Python frame>"
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def aborted_after_finishing(text: str) -> bool:
+    """Whether ``text`` (a rank's stderr, or a console holding it) ends with a process that
+    aborted in interpreter shutdown, after its script had finished: the C++ runtime's
+    "terminate called without an active exception", then faulthandler's dump with no
+    Python frame in any thread. False for any other failure, without faulthandler's dump, or
+    after a Python traceback (a script that raised also ends in interpreter shutdown)."""
+    lines = [strip_prefix(line).strip() for line in text.splitlines()]
+    if _TRACEBACK in lines:
+        return False
+    fatal = [i for i, line in enumerate(lines) if line == _FATAL_ABORT]
+    if not fatal or ABORT_WITHOUT_EXCEPTION not in lines[max(0, fatal[-1] - 3):fatal[-1]]:
+        return False
+    dump = [line for line in lines[fatal[-1] + 1:] if line]
+    threads = 0
+    for i, line in enumerate(dump):
+        if line.startswith("Extension modules:"):
+            break
+        if _THREAD_HEADER.match(line):
+            threads += 1
+            if i + 1 >= len(dump) or dump[i + 1] != _NO_FRAME:
+                return False
+    return threads > 0

@@ -232,6 +232,13 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
     return _Observed(outcome, rank_logs, printed, accounting, how, checkpoint, _checkpoint_facts(checkpoint))
 
 
+_ABORTED_AT_EXIT = (
+    "rank {rank} aborted while Python shut down, after train.py had finished (torchrun exit {code}): "
+    "'terminate called without an active exception', torch's gloo backend freeing a collective's "
+    "tensors too late; the checkpoint and the printed results are complete (log: {log})"
+)
+
+
 def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int | None]:
     """(status, failing rank), filling the run's problems and failure log."""
     outcome, accounting = seen.outcome, seen.accounting
@@ -245,12 +252,18 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
         run.failure_log = run.run_dir / "logs" / "console.log"
         run.failure_tail = logs.tail(run.failure_log)
     elif outcome.exit_code != 0:
-        status = CRASHED
-        failed_rank, run.failure_log, run.failure_tail = logs.failure(
+        failed_rank, failure_log, failure_tail = logs.failure(
             outcome.console, seen.rank_logs, run.run_dir / "logs" / "console.log")
-        line = logs.last_error_line(run.failure_tail)
-        where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
-        run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
+        if failure_log != run.run_dir / "logs" / "console.log" and seen.checkpoint is not None \
+                and logs.aborted_after_finishing(failure_log.read_text(errors="replace")):
+            run.notes.append(_ABORTED_AT_EXIT.format(rank=failed_rank, code=outcome.exit_code, log=failure_log))
+            failed_rank = None
+        else:
+            status = CRASHED
+            run.failure_log, run.failure_tail = failure_log, failure_tail
+            line = logs.last_error_line(run.failure_tail)
+            where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
+            run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
     nan_step = seen.printed.non_finite_loss_step()
     if nan_step is not None or seen.facts.get("non_finite"):
         status = DIVERGED if status == COMPLETED else status
@@ -277,6 +290,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "mode": "kit",
         "status": status,
         "problems": run.problems,
+        "notes": run.notes,  # said on the console too; not failures (an abort at exit after finishing)
         "val_bpb": None,  # the trusted score comes from `trnf eval --train-py ... --checkpoint ...`
         **fields,
         "steps": int(accounting["steps"]) if accounting else (printed.last("step") or 0),

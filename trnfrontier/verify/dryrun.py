@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trnfrontier.child_env import child_env
+from trnfrontier.kit import logs
 from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR, STEP_LOG_ENV, STEP_LOG_FILE
 from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify import sandbox
@@ -287,18 +288,22 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
     if code is None:
         return DryRunResult(False, f"train.py did not finish {steps} steps within {timeout:g} s ({DRY_RUN_STEPS_ENV}={steps}; "
                                    f"process group killed){_log_note(tail)}")
+    exited = "exited 0"
     if code != 0:
-        return DryRunResult(False, f"train.py exited {code} under torchrun x{nproc} (gloo, CPU): {error_line(tail)[:240]}{_log_note(tail)}")
+        if not logs.aborted_after_finishing(tail):
+            return DryRunResult(False, f"train.py exited {code} under torchrun x{nproc} (gloo, CPU): {error_line(tail)[:240]}{_log_note(tail)}")
+        # Not a failure of train.py: the checkpoint and load-back checks below still judge it.
+        exited = f"finished (a rank then aborted in Python's shutdown: {logs.ABORT_WITHOUT_EXCEPTION}{_log_note(tail)})"
     checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:
-        return DryRunResult(False, "train.py exited 0 but wrote no checkpoint (*.pt)")
+        return DryRunResult(False, "train.py finished but wrote no checkpoint (*.pt)")
     loaded, why = load_back(run_dir, checkpoint, python=python, env=env, timeout=timeout, sandboxed=sandboxed)
     if not loaded:
         return DryRunResult(False, f"checkpoint {checkpoint.relative_to(run_dir)} does not load in the clean environment: {why}")
     boundaries = logged_boundaries(run_dir)
     return DryRunResult(
         True,
-        f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: exited 0, {len(boundaries)} step boundaries, "
+        f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: {exited}, {len(boundaries)} step boundaries, "
         f"{checkpoint.relative_to(run_dir)} loads via load_for_eval without trnf",
     )
 

@@ -1,0 +1,64 @@
+"""Leaving a gloo process group does not abort the process at exit.
+
+torch's gloo worker threads free a finished collective's tensors just after it completes,
+which needs the GIL; a rank that reached interpreter shutdown first aborted ("terminate
+called without an active exception") and torchrun then killed the ranks still working.
+The script below makes that race as likely as it gets: its main thread keeps the GIL
+(a 1 s switch interval) and exits right after its last all-reduce, of a tensor that
+only the collective still holds. Without ``distributed.shutdown``'s settle, about half
+of such runs aborted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """\
+import sys
+import torch
+import torch.distributed as dist
+from trnfrontier.runtime import distributed
+
+sys.setswitchinterval(1.0)
+info = distributed.dist_info()
+device = torch.device("cpu")
+distributed.init(device, info)
+model = distributed.wrap(torch.nn.Linear(8, 8), device, info)
+model(torch.randn(4, 8)).sum().backward()
+
+def final_total():
+    totals = torch.ones(2, dtype=torch.float64)
+    dist.all_reduce(totals)
+    return float(totals[0])
+
+assert final_total() == 2.0
+distributed.shutdown()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(3))
+def test_two_gloo_ranks_leave_and_exit_cleanly(round_: int, tmp_path: Path) -> None:
+    script = tmp_path / "ranks.py"
+    script.write_text(SCRIPT)
+    port = _free_port()
+    ranks = []
+    for rank in range(2):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+        ranks.append(subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True))
+    for rank, proc in enumerate(ranks):
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}: {err[-2000:]}"
