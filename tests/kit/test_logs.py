@@ -181,3 +181,16 @@ def test_an_abort_after_the_script_finished_is_recognised(text: str) -> None:
 ])
 def test_any_other_abort_or_crash_is_not(text: str) -> None:
     assert not logs.aborted_after_finishing(text)
+
+
+def test_the_failing_rank_is_named_only_when_its_own_log_shows_the_abort_at_exit(tmp_path: Path) -> None:
+    found = logs.collect_rank_logs(_torchrun_layout(tmp_path, 3), tmp_path / "logs")
+    assert logs.rank_aborted_after_finishing(CONSOLE, found) is None  # rank 1 raised
+    found[1].stderr.write_text(GLOO_EXIT_ABORT)
+    assert logs.rank_aborted_after_finishing(CONSOLE, found) == 1
+    rank0 = CONSOLE.replace("rank      : 1 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
+    assert logs.rank_aborted_after_finishing(rank0, found) is None  # rank 0's log shows no abort
+    found[0].stderr.write_text(GLOO_EXIT_ABORT)
+    found[1].stderr.write_text("")
+    assert logs.rank_aborted_after_finishing(rank0, found) == 0
+    assert logs.rank_aborted_after_finishing("", {}) is None

@@ -159,14 +159,13 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
     missing = [r for r in range(nproc) if r not in rank_logs]
     why, exited = "", "exited 0"
     crashed = outcome.exit_code not in (0, None)
-    if crashed:
-        rank, failure_log, failure_tail = logs.failure(outcome.console, rank_logs, work / "logs" / "console.log")
-        if rank in rank_logs and logs.aborted_after_finishing(failure_log.read_text(errors="replace")):
-            # Not a failure of train.py: the checkpoint and load_for_eval checks below still judge the run.
-            crashed, exited = False, f"finished (rank {rank} then aborted in Python's shutdown: {logs.ABORT_WITHOUT_EXCEPTION})"
-        else:
-            report.failure_log, report.failure_tail = failure_log, failure_tail
-            why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(failure_tail)[:240]}"
+    aborted = logs.rank_aborted_after_finishing(outcome.console, rank_logs) if crashed else None
+    if aborted is not None:
+        # Not a failure of train.py: the checkpoint and load_for_eval checks below still judge the run.
+        crashed, exited = False, f"finished (rank {aborted} then aborted in Python's shutdown: {logs.ABORT_WITHOUT_EXCEPTION})"
+    elif crashed:
+        rank, report.failure_log, report.failure_tail = logs.failure(outcome.console, rank_logs, work / "logs" / "console.log")
+        why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(report.failure_tail)[:240]}"
     elif outcome.timed_out:
         report.failure_log = work / "logs" / "console.log"
         report.failure_tail = logs.tail(report.failure_log)

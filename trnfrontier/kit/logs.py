@@ -291,3 +291,12 @@ def aborted_after_finishing(text: str) -> bool:
             if i + 1 >= len(dump) or dump[i + 1] != _NO_FRAME:
                 return False
     return threads > 0
+
+
+def rank_aborted_after_finishing(console: str, logs: dict[int, RankLog]) -> int | None:
+    """The failing rank (``failing_rank``) when its own stderr shows an abort in interpreter
+    shutdown after its script finished (``aborted_after_finishing``); None otherwise."""
+    rank = failing_rank(console, logs)
+    if rank is None or rank not in logs:
+        return None
+    return rank if aborted_after_finishing(logs[rank].stderr.read_text(errors="replace")) else None

@@ -234,7 +234,7 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
 
 _ABORTED_AT_EXIT = (
     "rank {rank} aborted while Python shut down, after train.py had finished (torchrun exit {code}): "
-    "'terminate called without an active exception', torch's gloo backend freeing a collective's "
+    f"'{logs.ABORT_WITHOUT_EXCEPTION}', torch's gloo backend freeing a collective's "
     "tensors too late; the checkpoint and the printed results are complete (log: {log})"
 )
 
@@ -252,15 +252,13 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
         run.failure_log = run.run_dir / "logs" / "console.log"
         run.failure_tail = logs.tail(run.failure_log)
     elif outcome.exit_code != 0:
-        failed_rank, failure_log, failure_tail = logs.failure(
-            outcome.console, seen.rank_logs, run.run_dir / "logs" / "console.log")
-        if failure_log != run.run_dir / "logs" / "console.log" and seen.checkpoint is not None \
-                and logs.aborted_after_finishing(failure_log.read_text(errors="replace")):
-            run.notes.append(_ABORTED_AT_EXIT.format(rank=failed_rank, code=outcome.exit_code, log=failure_log))
-            failed_rank = None
+        aborted = logs.rank_aborted_after_finishing(outcome.console, seen.rank_logs)
+        if aborted is not None and seen.checkpoint is not None:
+            run.notes.append(_ABORTED_AT_EXIT.format(rank=aborted, code=outcome.exit_code, log=seen.rank_logs[aborted].stderr))
         else:
             status = CRASHED
-            run.failure_log, run.failure_tail = failure_log, failure_tail
+            failed_rank, run.failure_log, run.failure_tail = logs.failure(
+                outcome.console, seen.rank_logs, run.run_dir / "logs" / "console.log")
             line = logs.last_error_line(run.failure_tail)
             where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
             run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
