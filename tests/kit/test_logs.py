@@ -163,6 +163,11 @@ Current thread 0x00007f3873fe0b80 (most recent call first):
     "step 7 | val_bpb 2.96\n" + GLOO_EXIT_ABORT + TORCHRUN_AFTER,  # a console holding it
     "".join(f"[default1]:{line}\n" for line in GLOO_EXIT_ABORT.splitlines()),  # torchrun --tee
     GLOO_EXIT_ABORT.replace("Thread 0x", "Current thread 0x"),  # the main thread aborted
+    # faulthandler crashed on a thread being torn down, mid-header (seen in CI) or after one
+    GLOO_EXIT_ABORT.replace("Thread 0x00007f9cf8a3eb80 (most recent call first):\n  <no Python frame>",
+                            "Thread 0xFatal Python error: Segmentation fault"),
+    GLOO_EXIT_ABORT.replace("  <no Python frame>\n", "  <no Python frame>\n\nThread 0x1 (most recent call first):\n"
+                            "Fatal Python error: Segmentation fault\n"),
 ])
 def test_an_abort_after_the_script_finished_is_recognised(text: str) -> None:
     assert logs.aborted_after_finishing(text)
@@ -173,6 +178,8 @@ def test_an_abort_after_the_script_finished_is_recognised(text: str) -> None:
     # a second thread still in Python code
     GLOO_EXIT_ABORT.replace("  <no Python frame>\n", '  <no Python frame>\n\nThread 0x1 (most recent call first):\n  File "x.py", line 3 in f\n'),
     GLOO_EXIT_ABORT.replace("without an active exception", "after throwing an instance of 'gloo::EnforceNotMet'"),
+    # faulthandler showed a Python frame before it crashed
+    ABORT_MID_RUN + "Fatal Python error: Segmentation fault\n",
     "terminate called without an active exception\n",  # no faulthandler dump: nothing tells when
     # the script raised, then the interpreter shut down and aborted the same way
     "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: injected\n" + GLOO_EXIT_ABORT,

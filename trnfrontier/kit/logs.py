@@ -263,7 +263,8 @@ def last_error_line(lines: list[str]) -> str:
 # abort prints each Python thread's stack: all of them empty means no Python code was
 # running any more, which tells this apart from a crash.
 ABORT_WITHOUT_EXCEPTION = "terminate called without an active exception"
-_FATAL_ABORT = "Fatal Python error: Aborted"
+_FATAL = "Fatal Python error:"
+_FATAL_ABORT = f"{_FATAL} Aborted"
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ .*\(most recent call first\):$")
 _NO_FRAME = "<no Python frame>"
 _TRACEBACK = "Traceback (most recent call last):"
@@ -281,14 +282,24 @@ def aborted_after_finishing(text: str) -> bool:
     fatal = [i for i, line in enumerate(lines) if line == _FATAL_ABORT]
     if not fatal or ABORT_WITHOUT_EXCEPTION not in lines[max(0, fatal[-1] - 3):fatal[-1]]:
         return False
-    dump = [line for line in lines[fatal[-1] + 1:] if line]
+    return _dump_shows_no_python_frame([line for line in lines[fatal[-1] + 1:] if line])
+
+
+def _dump_shows_no_python_frame(dump: list[str]) -> bool:
+    """faulthandler's thread dump (the lines after its "Fatal Python error") lists threads,
+    each followed by ``<no Python frame>``, up to "Extension modules:". In shutdown it can
+    crash itself reading a thread being torn down ("Thread 0xFatal Python error:
+    Segmentation fault"): the dump ends there, and what it showed until then counts."""
     threads = 0
     for i, line in enumerate(dump):
+        if _FATAL in line:
+            return True  # the dump was cut short before it showed any Python frame
         if line.startswith("Extension modules:"):
             break
         if _THREAD_HEADER.match(line):
             threads += 1
-            if i + 1 >= len(dump) or dump[i + 1] != _NO_FRAME:
+            shown = dump[i + 1] if i + 1 < len(dump) else ""
+            if shown != _NO_FRAME and _FATAL not in shown:
                 return False
     return threads > 0
 

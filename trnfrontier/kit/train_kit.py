@@ -14,6 +14,7 @@ Where things happen (decided so that a kit run behaves exactly like the organise
       launch.json                the argv executed, its cwd and the environment trnf set
       train.py                   the script as launched (its SHA256 is in summary.json)
       contract/prepare.py        the trusted prepare.py, first on PYTHONPATH
+      site/                      next on PYTHONPATH: trnf_exit_settle (trnfrontier.runtime.exit_settle)
       logs/console.log           torchrun's console (every rank, prefixed [defaultR]:)
       logs/rank<R>.stdout.log    each rank's own stdout / stderr
       logs/rank<R>.stderr.log
@@ -37,7 +38,7 @@ from trnfrontier.child_env import child_env
 from trnfrontier.errors import UsageError
 from trnfrontier.hints import trnf_line
 from trnfrontier.kit import launch, logs, preflight, summary
-from trnfrontier.runtime import budget_rule
+from trnfrontier.runtime import budget_rule, exit_settle
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.runtime.prepare_loader import sha256_file
@@ -202,11 +203,13 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     shutil.copyfile(script, run_dir / "train.py")
     (run_dir / "contract").mkdir(exist_ok=True)
     shutil.copyfile(contract.path, run_dir / "contract" / "prepare.py")
+    exit_settle.add_to_path(run_dir / "site")
 
     env = child_env(os.environ)
     env[STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)
     env[KIT_STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)  # the organisers' prepare.py reads this one
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(run_dir / "contract"), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(run_dir / "contract"), str(run_dir / "site"), env.get("PYTHONPATH", "")) if p)
     plan = launch.torchrun_plan(
         python=sys.executable, script=script, nproc=options.nproc, lnc=options.lnc, args=options.args,
         cwd=script.parent, env=env, log_dir=run_dir / "logs" / "torchrun",

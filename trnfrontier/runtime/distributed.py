@@ -16,16 +16,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from trnfrontier.runtime.exit_settle import SETTLE_SECONDS
+
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "neuron": "neuron"}
 # Long enough for a first Neuron compilation on one rank while the others wait.
 INIT_TIMEOUT = timedelta(minutes=60)
-# gloo's worker threads free a finished collective's tensors just after it completes, which
-# needs the GIL; a rank that reaches interpreter shutdown before they do aborts ("terminate
-# called without an active exception", see trnfrontier/kit/logs.py), and torchrun then
-# stops the ranks still working (rank 0's final evaluation). Leaving the GIL free this long
-# before the group goes lets them finish: 0 aborts in 30 two-rank runs built to hit the
-# race, against 9 in 20 without.
-GLOO_SETTLE_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -70,7 +65,8 @@ def init(device: torch.device, info: DistInfo) -> None:
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         if dist.get_backend() == "gloo":
-            time.sleep(GLOO_SETTLE_SECONDS)
+            # Before the group goes, so gloo's worker frees its last work (exit_settle).
+            time.sleep(SETTLE_SECONDS)
         dist.destroy_process_group()
 
 

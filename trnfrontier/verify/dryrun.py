@@ -9,7 +9,9 @@ The clean environment (why it is trustworthy):
    where installed) and their runtime dependencies, found by walking
    ``importlib.metadata`` requirements (extras excluded, markers evaluated), and to the
    trusted prepare.py. Nothing else: ``import trnfrontier``, ``pydantic``, ``typer`` or
-   ``rich`` raises ModuleNotFoundError.
+   ``rich`` raises ModuleNotFoundError. One stdlib module is added: ``trnf_exit_settle``
+   (``trnfrontier.runtime.exit_settle``), which keeps torch's gloo threads from aborting a rank
+   in Python's shutdown after train.py finished (a CPU stand-in's problem only).
 3. torchrun runs under that venv's interpreter with ``-I`` (no PYTHONPATH, no user
    site) and a scrubbed environment, so the workers it spawns (``sys.executable``)
    are confined the same way.
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from trnfrontier.child_env import child_env
 from trnfrontier.kit import logs
+from trnfrontier.runtime import exit_settle
 from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR, STEP_LOG_ENV, STEP_LOG_FILE
 from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify import sandbox
@@ -142,6 +145,7 @@ def build_clean_env(dest: Path, prepare: Path | None) -> Path:
                 link.symlink_to(entry)
     if prepare is not None:
         (site / "prepare.py").symlink_to(prepare)
+    exit_settle.add_to_site_packages(site)
     return python
 
 
