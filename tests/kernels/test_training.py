@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trnfrontier.runtime import ops
+from trnfrontier.runtime import muon, ops
 from trnfrontier.runtime.kernels import register_ops, reset_kernels
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import build_optimizers
@@ -86,7 +86,10 @@ def test_tiny_model_loss_and_grads_with_kernels_interpreted(interpreter_backend)
 
 
 @pytest.mark.slow
-def test_cpu_smoke_longer_run_through_custom_ops() -> None:
+def test_cpu_smoke_longer_run_through_custom_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Muon's Polar Express in float32: in bfloat16 its roundings amplify the other ops'
+    # float32 summation-order differences over 20 steps beyond what this compares.
+    monkeypatch.setattr(muon, "CPU_POLAR_DTYPE", torch.float32)
     cfg = _cpu_smoke()
     config = GPTConfig.from_recipe(cfg["model"])
     plain = _train(config, cfg["optim"], routed=False, steps=20, batch=4, seq=128)

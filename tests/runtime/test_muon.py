@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from trnfrontier.runtime import muon
 from trnfrontier.runtime.muon import POLAR_EXPRESS_COEFFS, Muon, polar_express, set_hyperparams
 
 torch.set_num_threads(1)
@@ -31,21 +32,25 @@ def test_scalar_polynomial_band() -> None:
     assert y.min() < 0.87 and y.max() > 1.13
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(32, 128), (128, 32), (48, 96), (16, 512)])
 def test_polar_express_singular_values_near_one_for_random_rectangular(
-    shape: tuple[int, int],
+    shape: tuple[int, int], dtype: torch.dtype,
 ) -> None:
     torch.manual_seed(0)
     G = torch.randn(*shape)
-    out = polar_express(G)
+    out = polar_express(G, dtype=dtype)
     assert out.shape == G.shape and out.dtype == G.dtype
     s = torch.linalg.svdvals(out)
     assert BAND[0] <= s.min().item() and s.max().item() <= BAND[1], (s.min(), s.max())
 
 
-def test_polar_express_on_prescribed_spectrum_keeps_singular_vectors() -> None:
+@pytest.mark.parametrize(("dtype", "off_diagonal"), [(torch.float32, 1e-4), (torch.bfloat16, 6e-2)])
+def test_polar_express_on_prescribed_spectrum_keeps_singular_vectors(dtype: torch.dtype, off_diagonal: float) -> None:
     """G = U diag(s) V^T with a condition number of 300: the output is U diag(s') V^T
-    with every s' in the band, i.e. close to the polar factor U V^T."""
+    with every s' in the band, i.e. close to the polar factor U V^T. bfloat16 rounds each
+    of the 15 products to 8 bits (2^-8 relative), which mixes the closely spaced small
+    singular directions: 0.041 here, against 1e-5 in float32; a wrong transpose gives O(1)."""
     torch.manual_seed(1)
     U, _ = torch.linalg.qr(torch.randn(64, 64, dtype=torch.float64))
     V, _ = torch.linalg.qr(torch.randn(96, 64, dtype=torch.float64))
@@ -53,22 +58,36 @@ def test_polar_express_on_prescribed_spectrum_keeps_singular_vectors() -> None:
     # Normalised by the Frobenius norm, the smallest is ~3e-3/||s|| > 1e-3: inside the band.
     assert (s.min() / s.norm()).item() > 1e-3
     G = (U * s) @ V.T
-    out = polar_express(G).double()
+    out = polar_express(G, dtype=dtype).double()
     s_out = torch.linalg.svdvals(out)
     assert BAND[0] <= s_out.min().item() and s_out.max().item() <= BAND[1]
     # Same singular vectors: U^T out V is diagonal.
     inner = U.T @ out @ V
     off_diag = inner - torch.diag(torch.diagonal(inner))
-    assert off_diag.abs().max().item() < 1e-4
+    assert off_diag.abs().max().item() < off_diagonal
 
 
 def test_polar_express_batched_equals_one_by_one_and_is_scale_invariant() -> None:
     torch.manual_seed(2)
     G = torch.randn(3, 24, 40)
-    batched = polar_express(G)
+    batched = polar_express(G, dtype=torch.float32)
     for i in range(3):
-        torch.testing.assert_close(batched[i], polar_express(G[i]), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(polar_express(G[0] * 1e3), batched[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(batched[i], polar_express(G[i], dtype=torch.float32), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(polar_express(G[0] * 1e3, dtype=torch.float32), batched[0], atol=1e-4, rtol=1e-4)
+
+
+def test_polar_express_computes_in_bfloat16_only_where_the_cpu_multiplies_it() -> None:
+    """On a CPU the default is CPU_POLAR_DTYPE: bfloat16 with AVX512-BF16 or AMX (twice
+    as fast there), float32 elsewhere (bfloat16 would be emulated); accelerators bfloat16."""
+    native = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    assert muon.CPU_POLAR_DTYPE == (torch.bfloat16 if native else torch.float32)
+    assert muon.polar_dtype(torch.device("cuda")) == torch.bfloat16
+    G = torch.randn(24, 40)
+    out = polar_express(G)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, polar_express(G, dtype=muon.CPU_POLAR_DTYPE), atol=0, rtol=0)
+    if native:
+        assert not torch.equal(out, polar_express(G, dtype=torch.float32))
 
 
 def test_polar_express_fewer_steps_and_bad_input() -> None:

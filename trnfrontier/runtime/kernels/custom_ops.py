@@ -26,6 +26,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+# Bound at import, before the kernels layer swaps muon.polar_express for this module's.
+from ..muon import polar_express as plain_polar_express
 from ..muon import polar_express_coeffs
 from . import backend, references, registration
 
@@ -374,7 +376,9 @@ def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
         out = backend.launch("polar_express", "polar_express_fwd")(batch, coeffs, eps)
         out = (out.mT if tall else out).reshape(g.shape)
         return out.to(g.dtype)
-    return references.polar_express(g, coeffs, eps)
+    # Elsewhere exactly what Muon does without kernels (its dtype: bfloat16 on a CPU that
+    # multiplies it natively, else float32).
+    return plain_polar_express(g, steps, eps)
 
 
 @polar_express_op.register_fake
