@@ -79,7 +79,7 @@ class TrnfSide:
     name = "trnf"
 
     def __init__(self, seed: int, steps: int) -> None:
-        from trnfrontier.runtime import compiling, distributed, host_memory
+        from trnfrontier.runtime import compiling, distributed, host_memory, muon
         from trnfrontier.runtime.model import GPT, GPTConfig
         from trnfrontier.runtime.optim import build_optimizers
         from trnfrontier.runtime.step import TrainStep, step_module
@@ -90,6 +90,7 @@ class TrnfSide:
         self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim), B * T)
         self.compiled = compiling.compile_enabled(r.runtime.compile, "cpu")
         self.host_memory_kept = host_memory.kept()  # run_seed starts this process as trnf train does
+        self.polar_dtype = str(muon.CPU_POLAR_DTYPE).removeprefix("torch.")
         if self.compiled:
             compiling.use_cache_under_home()
             compiling.compile_optimizers(self.optimizers, "cpu")
@@ -223,7 +224,8 @@ def side_worker(name: str, seed: int, args: dict[str, Any], conn: Any) -> None:
             with torch.no_grad():
                 result = prepare.evaluate_bpb(model, tokenizer, B, seq_len=T, max_tokens=args["eval_tokens"])
             conn.send({"val_bpb": result["val_bpb"], "peak_rss_mib": peak, "final_train_loss": statistics.fmean(losses[-5:]),
-                       **({"window_pattern": side.window_pattern} if name == "nanochat" else {"compiled": side.compiled, "host_memory_kept": side.host_memory_kept})})
+                       **({"window_pattern": side.window_pattern} if name == "nanochat" else {"compiled": side.compiled, "host_memory_kept": side.host_memory_kept,
+                                                                                           "polar_dtype": side.polar_dtype})})
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -324,6 +326,7 @@ def main() -> int:
         "nanochat_window_pattern": seeds[0]["nanochat"]["window_pattern"],
         "trnf_compiled": seeds[0]["trnf"]["compiled"],
         "trnf_host_memory_kept": seeds[0]["trnf"]["host_memory_kept"],
+        "trnf_polar_dtype": seeds[0]["trnf"]["polar_dtype"],
         "wall_seconds": time.time() - started,
         "loadavg_before": load_before,
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None,

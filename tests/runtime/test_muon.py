@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -80,14 +84,24 @@ def test_polar_express_computes_in_bfloat16_only_where_the_cpu_multiplies_it() -
     """On a CPU the default is CPU_POLAR_DTYPE: bfloat16 with AVX512-BF16 or AMX (twice
     as fast there), float32 elsewhere (bfloat16 would be emulated); accelerators bfloat16."""
     native = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    assert muon.CPU_POLAR_DTYPE == (torch.bfloat16 if native else torch.float32)
+    if os.environ.get(muon.POLAR_ENV, "").strip().lower() != "float32":
+        assert muon.CPU_POLAR_DTYPE == (torch.bfloat16 if native else torch.float32)
     assert muon.polar_dtype(torch.device("cuda")) == torch.bfloat16
     G = torch.randn(24, 40)
     out = polar_express(G)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, polar_express(G, dtype=muon.CPU_POLAR_DTYPE), atol=0, rtol=0)
-    if native:
+    if muon.CPU_POLAR_DTYPE == torch.bfloat16:
         assert not torch.equal(out, polar_express(G, dtype=torch.float32))
+
+
+@pytest.mark.parametrize(("value", "forced"), [("float32", True), ("", False), ("bfloat16", False)])
+def test_trnf_cpu_polar_float32_keeps_every_cpu_in_float32(value: str, forced: bool) -> None:
+    code = "from trnfrontier.runtime import muon; print(muon.CPU_POLAR_DTYPE)"
+    env = {**os.environ, muon.POLAR_ENV: value}
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    native = bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    assert shown == ("torch.bfloat16" if native and not forced else "torch.float32")
 
 
 def test_polar_express_fewer_steps_and_bad_input() -> None:

@@ -21,6 +21,7 @@ from trnfrontier.recipes.loading import (
     validate_recipe,
 )
 from trnfrontier.runtime import checkpoint as ck
+from trnfrontier.runtime import muon
 from trnfrontier.runtime import trainer as trainer_mod
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.model import GPT
@@ -106,6 +107,7 @@ def test_run_directory_and_summary(
     assert json.loads((run / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert summary["steps"] == 6 and summary["tokens"] == 6 * 4 * 32
     assert summary["world_size"] == 1 and summary["device"] == "cpu"
+    assert summary["polar_dtype"] == str(muon.CPU_POLAR_DTYPE).removeprefix("torch.")
     assert summary["eval_tokens"] == 2048 and summary["eval_seq_len"] == 32
     assert summary["tokenizer_sha256"] == prepare_module.ensure_tokenizer().sha256
     for name in (

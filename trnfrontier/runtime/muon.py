@@ -10,6 +10,7 @@ every step and is never re-traced when the schedule moves.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -42,8 +43,14 @@ def _cpu_multiplies_bfloat16() -> bool:
 # Polar Express runs in bfloat16 on accelerators and on a CPU that multiplies it natively:
 # the iteration is robust to it (nanochat runs it in bfloat16 everywhere), and there it is
 # twice as fast (54 ms against 111 ms a step for the four Muon buckets of a depth-4,
-# width-256 model, 2 threads, AVX512-BF16). Any other CPU stays in float32.
-CPU_POLAR_DTYPE = torch.bfloat16 if _cpu_multiplies_bfloat16() else torch.float32
+# width-256 model, 2 threads, AVX512-BF16). Any other CPU stays in float32, and so does
+# every CPU with TRNF_CPU_POLAR=float32 (to compare runs across machines bit for bit).
+POLAR_ENV = "TRNF_CPU_POLAR"
+CPU_POLAR_DTYPE = (
+    torch.bfloat16
+    if os.environ.get(POLAR_ENV, "").strip().lower() != "float32" and _cpu_multiplies_bfloat16()
+    else torch.float32
+)
 
 
 def polar_dtype(device: torch.device) -> torch.dtype:

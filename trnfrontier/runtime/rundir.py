@@ -117,6 +117,7 @@ class RunSummary(TypedDict, total=False):
     startup_seconds: float
     compiled: bool  # runtime.compile as decided for this device
     host_memory_kept: bool  # CPU: glibc keeps freed blocks for reuse (runtime/host_memory.py)
+    polar_dtype: str  # what Muon's Polar Express computes in on this device (runtime/muon.py)
     first_step_seconds: float | None  # this process's first step (includes any compile)
     headroom_seconds: float
     over_budget: bool

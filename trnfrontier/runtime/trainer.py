@@ -34,7 +34,15 @@ import torch
 import torch.nn as nn
 
 from trnfrontier.runtime import checkpoint as ckpt
-from trnfrontier.runtime import compiling, devices, distributed, host_memory, prepare_calls, runlock
+from trnfrontier.runtime import (
+    compiling,
+    devices,
+    distributed,
+    host_memory,
+    muon,
+    prepare_calls,
+    runlock,
+)
 from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
@@ -592,6 +600,7 @@ class Trainer:
             "startup_seconds": accounting["startup_seconds"],
             "compiled": self.compiled,
             "host_memory_kept": self.host_memory_kept,
+            "polar_dtype": str(muon.polar_dtype(self.device)).removeprefix("torch."),
             "first_step_seconds": self.first_step_seconds,
             "headroom_seconds": accounting["headroom_seconds"],
             "over_budget": accounting["over_budget"],

@@ -26,9 +26,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..muon import polar_dtype, polar_express_coeffs
+
 # Bound at import, before the kernels layer swaps muon.polar_express for this module's.
 from ..muon import polar_express as plain_polar_express
-from ..muon import polar_express_coeffs
 from . import backend, references, registration
 
 # torch_neuronx.nki_op where TorchNeuron provides it (kernels inside torch.compile), else
@@ -441,6 +442,9 @@ def cross_entropy(
     return softcapped_cross_entropy(logits, targets, 0.0, ignore_index, reduction)
 
 
-def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
-    """As trnfrontier.runtime.muon.polar_express."""
+def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7, dtype: torch.dtype | None = None) -> Tensor:
+    """As trnfrontier.runtime.muon.polar_express (an explicit ``dtype`` other than the
+    device's own computes as Muon does, without the kernel)."""
+    if dtype is not None and dtype != polar_dtype(G.device):
+        return plain_polar_express(G, steps, eps, dtype)
     return polar_express_op(G, steps, eps)
