@@ -92,7 +92,11 @@ def kernel(
 
 @pytest.fixture()
 def interpreter_backend() -> Iterator[None]:
+    """The ops' NKI path through the interpreter, every kernel ``on``: a kernel that fails
+    must fail the test, not fall back to the reference (a test sets ``auto`` to check that)."""
     with backend.kernel_backend(interpreted_torch_module, {"cpu"}):
+        for name in backend.KERNEL_NAMES:
+            backend.set_mode(name, "on")
         try:
             yield
         finally:

@@ -10,6 +10,12 @@ Per kernel there is a *mode* (the recipe's ``kernels:`` choice, set by ``use_ker
   warning per op and shape (:class:`KernelFallbackWarning`);
 - ``on``: the same situation raises :class:`KernelUnavailableError` naming op and shape.
 
+Kernels are launched through :func:`run`: each (kernel, LNC, static shape) is wrapped
+once (``registration.neuron_launcher``: ``wrap_nki(kernel)[(lnc,)]``) and the wrapped
+launcher reused for every later call. A wrap or launch that raises is remembered for
+that key; under ``auto`` the op says so once (naming the torch-neuronx version and the
+call) and runs its PyTorch reference, under ``on`` it stops with one line.
+
 Tests swap the loader (``kernel_backend``) to run the same op glue through the NumPy
 interpreter in ``kernels/testing`` on the CPU.
 """
@@ -75,13 +81,19 @@ def load_kernel_file(name: str) -> ModuleType:
     return module
 
 
+Launcher = Callable[[Any, tuple[int, ...]], Any]
+
+
 class _Backend:
     loader: Callable[[str], Any] = staticmethod(load_kernel_file)
-    launcher: Callable[[Any, int], Any] = staticmethod(registration.neuron_launcher)
+    launcher: Launcher = staticmethod(registration.neuron_launcher)
     devices: frozenset[str] = frozenset({"neuron"})
     modules: dict[str, Any] = {}
     modes: dict[str, str] = {}
     warned: set[tuple[str, str]] = set()
+    # (module, kernel, grid, static arguments) -> the wrapped launcher, or why it failed
+    launchers: dict[tuple[Any, ...], Any] = {}
+    failed: dict[tuple[Any, ...], str] = {}
 
 
 BACKEND = _Backend()
@@ -105,9 +117,62 @@ def kernel_module(name: str) -> Any:
     return BACKEND.modules[name]
 
 
-def launch(name: str, fn_name: str) -> Any:
-    """Kernel ``fn_name`` of ``kernels/<name>.py``, ready to call on the LNC grid."""
-    return BACKEND.launcher(getattr(kernel_module(name), fn_name), registration.lnc())
+def _static(arg: Any) -> Any:
+    """What a kernel is specialised on: a tensor's shape and dtype, a constant's value."""
+    shape = getattr(arg, "shape", None)
+    if shape is not None and hasattr(arg, "dtype"):
+        return (tuple(int(s) for s in shape), str(arg.dtype))
+    return arg if isinstance(arg, (int, float, bool, str, type(None))) else repr(arg)
+
+
+def _call_text(module: str, fn_name: str, grid: tuple[int, ...], args: tuple[Any, ...]) -> str:
+    shown = []
+    for a in args:
+        st = _static(a)
+        shown.append(f"{st[0]} {st[1].replace('torch.', '')}" if isinstance(st, tuple) else repr(st))
+    return f"{module}.{fn_name}[{grid}]({', '.join(shown)})"
+
+
+def run(op: str, module: str, fn_name: str, *args: Any) -> Any:
+    """Kernel ``fn_name`` of ``kernels/<module>.py`` on the LNC grid, or None when wrapping
+    or launching it failed under ``auto`` (the caller then runs the reference).
+
+    The wrapped launcher is kept per (kernel, grid, static shape): wrapping re-traces the
+    kernel, so it happens once per shape, not once per call."""
+    grid = (registration.lnc(),)
+    key = (module, fn_name, grid, tuple(_static(a) for a in args))
+    if key in BACKEND.failed:
+        return _launch_failed(op, BACKEND.failed[key])
+    try:
+        launcher = BACKEND.launchers.get(key)
+        if launcher is None:
+            launcher = BACKEND.launcher(getattr(kernel_module(module), fn_name), grid)
+            BACKEND.launchers[key] = launcher
+        return launcher(*args)
+    except KernelUnavailableError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any wrap/launch fault: say which, then decide
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+        BACKEND.failed[key] = (
+            f"{_call_text(module, fn_name, grid, args)} failed under "
+            f"{registration.torch_neuronx_version()} ({detail[:300]})"
+        )
+        return _launch_failed(op, BACKEND.failed[key])
+
+
+def _launch_failed(op: str, why: str) -> None:
+    if mode(op) == "on":
+        raise KernelUnavailableError(
+            f"kernels.{op}: on, but {why}; set kernels.{op}: auto to fall back to PyTorch"
+        )
+    if (op, why) not in BACKEND.warned:
+        BACKEND.warned.add((op, why))
+        warnings.warn(
+            f"trnf::{op}: {why}; using the PyTorch reference for this shape",
+            KernelFallbackWarning,
+            stacklevel=3,
+        )
+    return None
 
 
 def kernel_importable(name: str) -> str | None:
@@ -140,25 +205,46 @@ def fallback(op: str, shape_text: str, reason: str) -> None:
         )
 
 
-def _index_grid(kernel: Any, grid: int) -> Any:
+def _index_grid(kernel: Any, grid: tuple[int, ...]) -> Any:
     return kernel[grid]
+
+
+def forget_launchers() -> None:
+    """Drop every kept launcher and remembered launch failure (a new backend, a reset)."""
+    BACKEND.launchers = {}
+    BACKEND.failed = {}
 
 
 @contextlib.contextmanager
 def kernel_backend(
     loader: Callable[[str], Any],
     devices: set[str] | frozenset[str],
-    launcher: Callable[[Any, int], Any] = _index_grid,
+    launcher: Launcher = _index_grid,
 ) -> Iterator[None]:
     """Temporarily load kernels with ``loader`` and run them for tensors on ``devices``,
-    launching each with ``launcher(kernel, lnc)`` (default ``kernel[lnc]``)."""
-    saved = (BACKEND.loader, BACKEND.devices, dict(BACKEND.modules), BACKEND.launcher)
+    launching each with ``launcher(kernel, (lnc,))`` (default ``kernel[(lnc,)]``)."""
+    saved = (
+        BACKEND.loader,
+        BACKEND.devices,
+        dict(BACKEND.modules),
+        BACKEND.launcher,
+        BACKEND.launchers,
+        BACKEND.failed,
+    )
     BACKEND.loader, BACKEND.devices, BACKEND.modules = loader, frozenset(devices), {}
     BACKEND.launcher = launcher
+    forget_launchers()
     try:
         yield
     finally:
-        BACKEND.loader, BACKEND.devices, BACKEND.modules, BACKEND.launcher = saved
+        (
+            BACKEND.loader,
+            BACKEND.devices,
+            BACKEND.modules,
+            BACKEND.launcher,
+            BACKEND.launchers,
+            BACKEND.failed,
+        ) = saved
 
 
 # ---------------------------------------------------------------- what each kernel supports

@@ -68,16 +68,18 @@ def _relu2_ok(x: Tensor) -> Callable[[], str | None]:
 @_OP("trnf::relu2", mutates_args=())
 def relu2_op(x: Tensor) -> Tensor:
     if _use_kernel("relu2", (x,), _relu2_ok(x)):
-        return backend.launch("relu2", "relu2_fwd")(_rows(x)).reshape(x.shape)
+        y = backend.run("relu2", "relu2", "relu2_fwd", _rows(x))
+        if y is not None:
+            return y.reshape(x.shape)
     return references.relu2(x)
 
 
 @_OP("trnf::relu2_backward", mutates_args=())
 def relu2_backward_op(x: Tensor, dy: Tensor) -> Tensor:
     if _use_kernel("relu2", (x, dy), _relu2_ok(x)):
-        return backend.launch("relu2", "relu2_bwd")(_rows(x), _rows(dy.to(x.dtype))).reshape(
-            x.shape
-        )
+        dx = backend.run("relu2", "relu2", "relu2_bwd", _rows(x), _rows(dy.to(x.dtype)))
+        if dx is not None:
+            return dx.reshape(x.shape)
     return references.relu2_backward(x, dy)
 
 
@@ -112,18 +114,25 @@ def _rmsnorm_ok(x: Tensor) -> Callable[[], str | None]:
 @_OP("trnf::rmsnorm", mutates_args=())
 def rmsnorm_op(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     if _use_kernel("rmsnorm", (x,), _rmsnorm_ok(x)):
-        y, rstd = backend.launch("rmsnorm", "rmsnorm_fwd")(_rows(x), eps)
-        return y.reshape(x.shape), rstd.reshape(*x.shape[:-1], 1)
+        out = backend.run("rmsnorm", "rmsnorm", "rmsnorm_fwd", _rows(x), eps)
+        if out is not None:
+            return out[0].reshape(x.shape), out[1].reshape(*x.shape[:-1], 1)
     return references.rmsnorm(x, eps)
 
 
 @_OP("trnf::rmsnorm_backward", mutates_args=())
 def rmsnorm_backward_op(x: Tensor, dy: Tensor, rstd: Tensor) -> Tensor:
     if _use_kernel("rmsnorm", (x, dy), _rmsnorm_ok(x)):
-        dx = backend.launch("rmsnorm", "rmsnorm_bwd")(
-            _rows(x), _rows(dy.to(x.dtype)), rstd.reshape(-1, 1).float().contiguous()
+        dx = backend.run(
+            "rmsnorm",
+            "rmsnorm",
+            "rmsnorm_bwd",
+            _rows(x),
+            _rows(dy.to(x.dtype)),
+            rstd.reshape(-1, 1).float().contiguous(),
         )
-        return dx.reshape(x.shape)
+        if dx is not None:
+            return dx.reshape(x.shape)
     return references.rmsnorm_backward(x, dy, rstd)
 
 
@@ -176,10 +185,11 @@ def rope_qknorm_op(
     t = x.shape[-2] if x.dim() >= 2 else 0
     if _use_kernel("rope_qknorm", (x,), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        y, rstd = backend.launch("rope_qknorm", "rope_qknorm_fwd")(
-            _positions_major(x), c, s, eps, normalize
+        out = backend.run(
+            "rope_qknorm", "rope_qknorm", "rope_qknorm_fwd", _positions_major(x), c, s, eps, normalize
         )
-        return _like(y, x), rstd
+        if out is not None:
+            return _like(out[0], x), out[1]
     return references.rope_qknorm(x, cos[:t], sin[:t], eps, normalize)
 
 
@@ -190,7 +200,10 @@ def rope_qknorm_backward_op(
     t = x.shape[-2]
     if _use_kernel("rope_qknorm", (x, dy), _rope_ok(x, cos)):
         c, s = cos[:t].float().contiguous(), sin[:t].float().contiguous()
-        dx = backend.launch("rope_qknorm", "rope_qknorm_bwd")(
+        dx = backend.run(
+            "rope_qknorm",
+            "rope_qknorm",
+            "rope_qknorm_bwd",
             _positions_major(x),
             _positions_major(dy.to(x.dtype)),
             c,
@@ -198,7 +211,8 @@ def rope_qknorm_backward_op(
             rstd.float().contiguous(),
             normalize,
         )
-        return _like(dx, x)
+        if dx is not None:
+            return _like(dx, x)
     return references.rope_qknorm_backward(x, dy, cos[:t], sin[:t], rstd, normalize)
 
 
@@ -241,10 +255,16 @@ def _ce_ok(logits: Tensor) -> Callable[[], str | None]:
 def cross_entropy_op(logits: Tensor, targets: Tensor, softcap: float) -> tuple[Tensor, Tensor]:
     """logits [N, V], targets [N] (int, < 0 ignored) -> (loss [N], lse [N]) float32."""
     if _use_kernel("cross_entropy", (logits,), _ce_ok(logits)):
-        loss, lse = backend.launch("cross_entropy", "cross_entropy_fwd")(
-            logits.contiguous(), _targets_f32(targets), softcap
+        out = backend.run(
+            "cross_entropy",
+            "cross_entropy",
+            "cross_entropy_fwd",
+            logits.contiguous(),
+            _targets_f32(targets),
+            softcap,
         )
-        return loss.reshape(-1), lse.reshape(-1)
+        if out is not None:
+            return out[0].reshape(-1), out[1].reshape(-1)
     return references.cross_entropy(logits, targets, softcap)
 
 
@@ -253,13 +273,18 @@ def cross_entropy_backward_op(
     logits: Tensor, targets: Tensor, lse: Tensor, dloss: Tensor, softcap: float
 ) -> Tensor:
     if _use_kernel("cross_entropy", (logits,), _ce_ok(logits)):
-        return backend.launch("cross_entropy", "cross_entropy_bwd")(
+        dz = backend.run(
+            "cross_entropy",
+            "cross_entropy",
+            "cross_entropy_bwd",
             logits.contiguous(),
             _targets_f32(targets),
             lse.reshape(-1, 1).float().contiguous(),
             dloss.reshape(-1, 1).float().contiguous(),
             softcap,
         )
+        if dz is not None:
+            return dz
     return references.cross_entropy_backward(logits, targets, lse, dloss, softcap)
 
 
@@ -300,10 +325,17 @@ def _attention_ok(q: Tensor, k: Tensor) -> Callable[[], str | None]:
 def attention_op(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     """Causal attention, q [B, H, T, D], k/v [B, Hkv, T, D] -> (o, lse [B, H, T, 1] float32)."""
     if _use_kernel("attention", (q, k), _attention_ok(q, k)):
-        o, lse = backend.launch("attention", "attention_fwd")(
-            q.contiguous(), k.to(q.dtype).contiguous(), v.to(q.dtype).contiguous(), scale
+        out = backend.run(
+            "attention",
+            "attention",
+            "attention_fwd",
+            q.contiguous(),
+            k.to(q.dtype).contiguous(),
+            v.to(q.dtype).contiguous(),
+            scale,
         )
-        return o, lse
+        if out is not None:
+            return out[0], out[1]
     return references.attention(q, k, v, scale), references.attention_lse(q, k, scale)
 
 
@@ -317,7 +349,10 @@ def attention_backward_op(
         backend.kernel_importable("attention_bwd") is None
     ):
         dt = q.dtype
-        dq, dk, dv = backend.launch("attention_bwd", "attention_bwd")(
+        grads = backend.run(
+            "attention",
+            "attention_bwd",
+            "attention_bwd",
             q.contiguous(),
             k.to(dt).contiguous(),
             v.to(dt).contiguous(),
@@ -326,7 +361,8 @@ def attention_backward_op(
             lse.float().contiguous(),
             scale,
         )
-        return dq, dk.to(k.dtype), dv.to(v.dtype)
+        if grads is not None:
+            return grads[0], grads[1].to(k.dtype), grads[2].to(v.dtype)
     return references.attention_backward(q, k, v, o, lse, do, scale)
 
 
@@ -374,9 +410,11 @@ def polar_express_op(g: Tensor, steps: int, eps: float) -> Tensor:
         mats = g.reshape(-1, m, n).to(torch.bfloat16)
         tall = m > n
         batch = (mats.mT if tall else mats).contiguous()
-        out = backend.launch("polar_express", "polar_express_fwd")(batch, coeffs, eps)
-        out = (out.mT if tall else out).reshape(g.shape)
-        return out.to(g.dtype)
+        out = backend.run(
+            "polar_express", "polar_express", "polar_express_fwd", batch, coeffs, eps
+        )
+        if out is not None:
+            return (out.mT if tall else out).reshape(g.shape).to(g.dtype)
     # Elsewhere exactly what Muon does without kernels (its dtype: bfloat16 on a CPU that
     # multiplies it natively, else float32).
     return plain_polar_express(g, steps, eps)

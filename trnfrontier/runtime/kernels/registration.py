@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import torch
@@ -67,8 +68,21 @@ def lnc() -> int:
     return value
 
 
-def neuron_launcher(kernel: Any, grid: int) -> Any:
-    """``wrap_nki(kernel)[grid]`` where TorchNeuron has it, else the raw ``kernel[grid]``."""
+def torch_neuronx_version() -> str:
+    """``torch-neuronx X.Y.Z`` as installed (package metadata, no import), for messages."""
+    try:
+        return f"torch-neuronx {metadata.version('torch-neuronx')}"
+    except metadata.PackageNotFoundError:
+        return "torch-neuronx not installed"
+
+
+def neuron_launcher(kernel: Any, grid: tuple[int, ...]) -> Any:
+    """``wrap_nki(kernel)[grid]`` where TorchNeuron has it, else the raw ``kernel[grid]``.
+
+    The grid is always a tuple: one stored torch-neuronx converts it with
+    ``tuple(map(int, grid))``, which raises on a bare int. Wrapping re-traces the kernel
+    and registers it anew, so ``backend.run`` calls this once per (kernel, LNC, static
+    shape) and keeps the result."""
     wrap_nki = _torch_neuronx_attr("wrap_nki")
     wrapped = wrap_nki(kernel) if wrap_nki is not None else kernel
-    return wrapped[grid]
+    return wrapped[tuple(grid)]

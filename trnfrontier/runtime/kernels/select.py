@@ -76,6 +76,7 @@ def reset_kernels() -> None:
         _PATCHED.muon_polar_express = None
     backend.BACKEND.modes.clear()
     backend.BACKEND.warned.clear()
+    backend.forget_launchers()
 
 
 def use_kernels(kernels_cfg: dict[str, str] | None, device: torch.device | str) -> dict[str, str]:
