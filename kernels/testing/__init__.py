@@ -5,7 +5,8 @@ relu2 = load_kernel_module("relu2")
 y = relu2.relu2_fwd(x)          # x: a NumPy array -> y: a NumPy array
 """
 
-from .interpreter import HostTensor, InterpretedKernel, bf16, load_kernel_module
+from .budget import Budget
+from .interpreter import ArgSpec, HostTensor, InterpretedKernel, bf16, load_kernel_module, spec
 from .machine import (
     GridCoverageError,
     NkiInterpreterError,
@@ -17,6 +18,8 @@ from .machine import (
 from .subset import NkiSubsetError
 
 __all__ = [
+    "ArgSpec",
+    "Budget",
     "GridCoverageError",
     "HostTensor",
     "InterpretedKernel",
@@ -28,4 +31,5 @@ __all__ = [
     "bf16",
     "load_kernel_module",
     "round_bf16",
+    "spec",
 ]

@@ -94,6 +94,9 @@ equal = Op("equal", lambda a, b: (_f(a) == _f(b)).astype(np.float32), 2)
 greater_equal = Op("greater_equal", lambda a, b: (_f(a) >= _f(b)).astype(np.float32), 2)
 
 UNARY = {op.name: op for op in (copy, exp, log, tanh, square, sqrt, rsqrt, relu)}
+# nki.language tile functions that are not operators of the engines' ALU (NKI ISA
+# "Supported Math Operators"): refused as an instruction's op, with what to do instead
+NOT_ALU = {"divide": "multiply by the nisa.reciprocal of the divisor instead"}
 BINARY = {
     op.name: op for op in (add, subtract, multiply, divide, maximum, minimum, equal, greater_equal)
 }
@@ -125,8 +128,9 @@ def ndarray(
     allocator = machine.STATE.allocator
     if allocator is None:
         raise machine.NkiInterpreterError("nl.ndarray called outside a kernel run")
-    allocator.allocate(shape, dtype, buffer, site)
-    return machine.Tensor(shape, dtype, buffer, name=name or site.rsplit("/", 1)[-1])
+    tensor = machine.Tensor(shape, dtype, buffer, name=name or site.rsplit("/", 1)[-1])
+    allocator.allocate(tensor, site)
+    return tensor
 
 
 def affine_range(*args: int) -> range:
@@ -141,6 +145,17 @@ def sequential_range(*args: int) -> range:
 
 def static_range(*args: int) -> range:
     """NKI 0.3+: an alias of ``range`` (unrolled at specialization)."""
+    return range(*args)
+
+
+def dynamic_range(*args: int) -> range:
+    """NKI 0.6: a loop the compiler keeps as a loop (not unrolled); removed in NKI 0.7."""
+    version = machine.STATE.version
+    if version is not None and not version.dynamic_range:
+        raise machine.NkiInterpreterError(
+            f"nl.dynamic_range does not exist in NKI {version.name} (removed in 0.7); "
+            "use nl.affine_range / nl.sequential_range"
+        )
     return range(*args)
 
 

@@ -1,23 +1,28 @@
 """The machine state of the NKI interpreter: memories, tensors, views and the limits.
 
 A NeuronCore-v3 (Trainium2) as NKI kernels see it, reduced to what can be checked
-without timing:
+without timing (figures from :data:`TRN2`, sources in kernels/README.md, section 6):
 
-- HBM tensors (kernel arguments, ``nl.shared_hbm`` outputs): any shape.
-- SBUF tiles: dimension 0 is the partition dimension, at most 128; SBUF holds
-  192 KiB per partition.
+- HBM tensors (kernel arguments, outputs): any shape.
+- SBUF tiles: dimension 0 is the partition dimension, at most 128; 212,984 usable bytes
+  per partition (of 224 KiB physical).
 - PSUM tiles: at most 128 partitions; one tile must fit one bank (2 KiB per partition,
   512 float32); there are 8 banks.
 
 Every element carries a "written" bit, so reading memory nobody wrote raises
 :class:`UninitializedReadError` instead of returning whatever NumPy left there.
 
-Capacity is accounted per *allocation site* (file and line of the ``nl.ndarray`` call),
-at the largest size that site ever asked for: a buffer allocated inside a loop body is
-reused by every iteration, as the NKI compiler reuses it. This does not model
-multi-buffering (the compiler may keep several copies of a site alive to overlap
-iterations), so a kernel that fits here can still be rejected for space by the real
-allocator; one that does not fit here would not fit there either.
+Capacity is accounted by *lifetime*: every instruction advances a clock, an on-chip
+tensor is live from its allocation to the last instruction that touches it, and at the
+end of each program the peak of the live SBUF bytes (per partition) and of the live
+PSUM banks must fit the target. A tile allocated in a loop body whose iterations never
+overlap is one tile, as the compiler reuses it. This does not model multi-buffering
+(the compiler may keep several copies alive to overlap iterations) or fragmentation, so
+a kernel that fits here can still be rejected for space by the real allocator; one that
+does not fit here would not fit there either.
+
+``STATE.trace``: run the kernel for its shapes and counts only (no values, no math), to
+report budgets at shapes too large to execute in NumPy (see budget.py).
 """
 
 from __future__ import annotations
@@ -27,10 +32,28 @@ from typing import Any
 
 import numpy as np
 
-PMAX = 128  # partitions per SBUF/PSUM tile
-SBUF_BYTES_PER_PARTITION = 192 * 1024  # 24 MiB / 128
-PSUM_BANK_BYTES_PER_PARTITION = 2 * 1024  # 512 float32
-PSUM_BANKS = 8
+
+@dataclass(frozen=True)
+class Target:
+    """The on-chip resources of one NeuronCore of the chip a kernel is checked for."""
+
+    name: str
+    pmax: int  # partitions per SBUF/PSUM tile
+    sbuf_bytes_per_partition: int  # usable by a kernel
+    sbuf_physical_bytes_per_partition: int
+    psum_banks: int
+    psum_bank_bytes_per_partition: int
+
+
+# KLR/Trace.lean kernelEnv, arch 3 (NeuronCore-v3): tile_size.total_available_sbuf_size
+# 212984; trainium2_arch.rst: 128 partitions of 224 KiB SBUF, PSUM 2 MiB = 8 x 2 KiB banks
+# x 128 partitions (KLR's psum pointer: 128 x 0x4000 bytes).
+TRN2 = Target("trn2", 128, 212_984, 224 * 1024, 8, 2 * 1024)
+
+PMAX = TRN2.pmax
+SBUF_BYTES_PER_PARTITION = TRN2.sbuf_bytes_per_partition
+PSUM_BANK_BYTES_PER_PARTITION = TRN2.psum_bank_bytes_per_partition  # 512 float32
+PSUM_BANKS = TRN2.psum_banks
 MATMUL_STATIONARY_FMAX = 128
 MATMUL_MOVING_FMAX = 512
 
@@ -103,9 +126,9 @@ class Buffer:
 
 sbuf = Buffer("sbuf", True)
 psum = Buffer("psum", True)
-hbm = Buffer("hbm", False)
-shared_hbm = Buffer("shared_hbm", False)
-private_hbm = Buffer("private_hbm", False)
+shared_hbm = Buffer("shared_hbm", False)  # visible to every program of the launch grid
+private_hbm = Buffer("private_hbm", False)  # visible to one program only
+hbm = private_hbm  # nki.language: "HBM - Alias of private_hbm"
 
 
 # ---------------------------------------------------------------- tensors and views
@@ -121,12 +144,21 @@ class Tensor:
         self.dtype = dtype
         self.buffer = buffer
         self.name = name
+        self.alloc: Allocation | None = None  # on-chip: its lifetime record
+        if STATE.trace:  # shapes and counts only: no storage
+            self.values = self.written = self.by_matmul = np.zeros((0,))
+            return
         self.values = np.zeros(self.shape, dtype=dtype.storage)
         self.written = np.zeros(self.shape, dtype=bool)
         # PSUM: whether each element's last write was a matmul (accumulation may continue
         # onto it) or another instruction (memset, tensor_copy ...: accumulating onto
         # that is undefined, see isa.nc_matmul)
         self.by_matmul = np.zeros(self.shape, dtype=bool)
+
+    def touch(self) -> None:
+        """Mark the tensor used by the instruction now issuing (its lifetime grows)."""
+        if self.alloc is not None:
+            self.alloc.last = STATE.clock
 
     def __getitem__(self, index: Any) -> View:
         return View(self, ()).__getitem__(index)
@@ -143,10 +175,29 @@ class Tensor:
         return f"Tensor({self.name or '?'}, {self.shape}, {self.dtype}, {self.buffer})"
 
 
+def _slice(item: slice, size: int, dim: int) -> slice:
+    """A positive-step slice within [0, size), with its stop clamped to the last element."""
+    step = 1 if item.step is None else int(item.step)
+    start = 0 if item.start is None else int(item.start)
+    stop = size if item.stop is None else int(item.stop)
+    if step < 1:
+        raise NkiInterpreterError(f"slice step {step}: only positive steps are modelled")
+    if not 0 <= start <= stop <= size:
+        raise NkiInterpreterError(
+            f"slice {start}:{stop} out of bounds for dimension {dim} of size {size}"
+        )
+    count = len(range(start, stop, step))
+    return slice(start, start + (count - 1) * step + 1 if count else start, step)
+
+
+def _extent(item: slice) -> int:
+    return len(range(item.start, item.stop, item.step))
+
+
 def _normalise(
     shape: tuple[int, ...], index: Any, keep_first: bool = False
 ) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-    """Basic indexing only (ints, unit-step slices, nl.ds): returns (numpy index, shape).
+    """Basic indexing (ints, slices with a positive step, nl.ds): (numpy index, shape).
 
     ``keep_first``: an int on dimension 0 selects a size-1 slice instead of dropping the
     dimension (SBUF/PSUM partition dimension: ``t[0, :]`` has shape (1, F))."""
@@ -164,7 +215,7 @@ def _normalise(
                     f"index {item} out of bounds for dimension {dim} of size {size}"
                 )
             if dim == 0 and keep_first:
-                norm.append(slice(int(item), int(item) + 1))
+                norm.append(slice(int(item), int(item) + 1, 1))
                 out_shape.append(1)
             else:
                 norm.append(int(item))
@@ -173,27 +224,28 @@ def _normalise(
             raise NkiInterpreterError(
                 f"unsupported index {item!r} (the interpreter models basic slicing only)"
             )
-        start, stop, step = (
-            item.start or 0,
-            size if item.stop is None else item.stop,
-            item.step or 1,
-        )
-        if step != 1:
-            raise NkiInterpreterError("strided slices are not modelled by the interpreter")
-        if not 0 <= start <= stop <= size:
-            raise NkiInterpreterError(
-                f"slice {start}:{stop} out of bounds for dimension {dim} of size {size}"
-            )
-        norm.append(slice(start, stop))
-        out_shape.append(stop - start)
+        sl = _slice(item, size, dim)
+        norm.append(sl)
+        out_shape.append(_extent(sl))
     for dim in range(len(index), len(shape)):
-        norm.append(slice(0, shape[dim]))
+        norm.append(slice(0, shape[dim], 1))
         out_shape.append(shape[dim])
     return tuple(norm), tuple(out_shape)
 
 
+def _compose(parent: slice, child: Any) -> Any:
+    """The parent-relative ``child`` (an int or a slice of the parent's window) as an
+    index into the tensor itself."""
+    if isinstance(child, int):
+        return parent.start + child * parent.step
+    step = parent.step * child.step
+    start = parent.start + child.start * parent.step
+    count = _extent(child)
+    return slice(start, start + (count - 1) * step + 1 if count else start, step)
+
+
 class View:
-    """A rectangular window of a tensor; what instructions read and write."""
+    """A rectangular (possibly strided) window of a tensor; what instructions read and write."""
 
     def __init__(self, tensor: Tensor, index: tuple[Any, ...]) -> None:
         self.tensor = tensor
@@ -209,18 +261,11 @@ class View:
         composed: list[Any] = []
         it = iter(sub)
         for parent in self.index:
-            if isinstance(parent, int):
-                composed.append(parent)
-                continue
-            child = next(it)
-            if isinstance(child, int):
-                composed.append(parent.start + child)
-            else:
-                composed.append(slice(parent.start + child.start, parent.start + child.stop))
+            composed.append(parent if isinstance(parent, int) else _compose(parent, next(it)))
         view = View.__new__(View)
         view.tensor = self.tensor
         view.index = tuple(composed)
-        view.shape = tuple(s.stop - s.start for s in composed if isinstance(s, slice))
+        view.shape = tuple(_extent(s) for s in composed if isinstance(s, slice))
         return view
 
     @property
@@ -232,6 +277,7 @@ class View:
         return self.tensor.buffer
 
     def read(self, what: str = "") -> np.ndarray:
+        self.tensor.touch()
         written = self.tensor.written[self.index]
         if not np.all(written):
             missing = int(np.size(written) - np.count_nonzero(written))
@@ -244,6 +290,7 @@ class View:
         )
 
     def write(self, values: np.ndarray, what: str = "", by_matmul: bool = False) -> None:
+        self.tensor.touch()
         values = np.asarray(values)
         if values.shape != self.shape:
             raise NkiInterpreterError(
@@ -270,43 +317,93 @@ def as_view(obj: Any, what: str) -> View:
 # ---------------------------------------------------------------- allocation accounting
 
 
+@dataclass
+class Allocation:
+    """One on-chip tensor's footprint and lifetime (clock of its birth and last use)."""
+
+    site: str
+    buffer: Buffer
+    bytes_per_partition: int
+    born: int
+    last: int
+
+    @property
+    def banks(self) -> int:
+        return -(-self.bytes_per_partition // PSUM_BANK_BYTES_PER_PARTITION)
+
+
+def _peak(allocs: list[Allocation], size: Any) -> tuple[int, int]:
+    """(peak of the summed ``size(a)`` over live allocations, the clock at the peak)."""
+    events: list[tuple[int, int]] = []
+    for a in allocs:
+        events.append((a.born, size(a)))
+        events.append((a.last + 1, -size(a)))
+    events.sort(key=lambda e: (e[0], e[1]))  # frees before allocations at the same clock
+    live = peak = when = 0
+    for clock, delta in events:
+        live += delta
+        if live > peak:
+            peak, when = live, clock
+    return peak, when
+
+
 class Allocator:
-    """Per-kernel-call accounting of on-chip memory by allocation site (see module doc)."""
+    """Per-program accounting of on-chip memory by lifetime (see the module doc)."""
 
-    def __init__(self) -> None:
-        self.sbuf_sites: dict[str, int] = {}
-        self.psum_sites: dict[str, int] = {}
+    def __init__(self, target: Target = TRN2) -> None:
+        self.target = target
+        self.allocations: list[Allocation] = []
 
-    def allocate(self, shape: tuple[int, ...], dtype: DType, buffer: Buffer, site: str) -> None:
+    def allocate(self, tensor: Tensor, site: str) -> None:
+        shape, dtype, buffer = tensor.shape, tensor.dtype, tensor.buffer
         if not buffer.on_chip:
             return
         if len(shape) < 1 or shape[0] < 1:
             raise NkiInterpreterError(
                 f"{buffer!r} tile {shape} at {site} needs a partition dimension"
             )
-        if shape[0] > PMAX:
+        if shape[0] > self.target.pmax:
             raise NkiLimitError(
-                f"{buffer!r} tile {shape} at {site}: partition dimension {shape[0]} > {PMAX}"
+                f"{buffer!r} tile {shape} at {site}: partition dimension {shape[0]} > {self.target.pmax}"
             )
         per_partition = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-        if buffer is psum:
-            if per_partition > PSUM_BANK_BYTES_PER_PARTITION:
-                raise NkiLimitError(
-                    f"PSUM tile {shape} {dtype!r} at {site}: {per_partition} bytes per partition exceed one "
-                    f"bank ({PSUM_BANK_BYTES_PER_PARTITION} bytes = 512 float32)"
-                )
-            self.psum_sites[site] = PSUM_BANK_BYTES_PER_PARTITION
-            if len(self.psum_sites) > PSUM_BANKS:
-                raise NkiLimitError(
-                    f"more than {PSUM_BANKS} PSUM tiles live at once (sites: {sorted(self.psum_sites)})"
-                )
-        else:
-            self.sbuf_sites[site] = max(self.sbuf_sites.get(site, 0), per_partition)
-            total = sum(self.sbuf_sites.values())
-            if total > SBUF_BYTES_PER_PARTITION:
-                raise NkiLimitError(
-                    f"SBUF over capacity at {site}: {total} bytes per partition > {SBUF_BYTES_PER_PARTITION}"
-                )
+        bank = self.target.psum_bank_bytes_per_partition
+        if buffer is psum and per_partition > bank:
+            raise NkiLimitError(
+                f"PSUM tile {shape} {dtype!r} at {site}: {per_partition} bytes per partition exceed one "
+                f"bank ({bank} bytes = 512 float32)"
+            )
+        if buffer is sbuf and per_partition > self.target.sbuf_bytes_per_partition:
+            raise NkiLimitError(
+                f"SBUF tile {shape} {dtype!r} at {site}: {per_partition} bytes per partition > "
+                f"{self.target.sbuf_bytes_per_partition} usable on {self.target.name}"
+            )
+        born = STATE.clock + 1  # the first instruction that can use it is the next one
+        tensor.alloc = Allocation(site, buffer, per_partition, born, born)
+        self.allocations.append(tensor.alloc)
+
+    def check(self) -> None:
+        """Raise NkiLimitError when the live tiles ever exceeded SBUF or the PSUM banks."""
+        t = self.target
+        on_sbuf = [a for a in self.allocations if a.buffer is sbuf]
+        on_psum = [a for a in self.allocations if a.buffer is psum]
+        peak, when = _peak(on_sbuf, lambda a: a.bytes_per_partition)
+        if peak > t.sbuf_bytes_per_partition:
+            raise NkiLimitError(
+                f"SBUF over capacity: {peak} bytes per partition live at instruction {when} > "
+                f"{t.sbuf_bytes_per_partition} on {t.name} (live: {_live_sites(on_sbuf, when)})"
+            )
+        banks, when = _peak(on_psum, lambda a: a.banks)
+        if banks > t.psum_banks:
+            raise NkiLimitError(
+                f"more than {t.psum_banks} PSUM banks live at once: {banks} at instruction {when} "
+                f"(live: {_live_sites(on_psum, when)})"
+            )
+
+
+def _live_sites(allocs: list[Allocation], clock: int) -> str:
+    sites = sorted({a.site.rsplit("/", 1)[-1] for a in allocs if a.born <= clock <= a.last})
+    return ", ".join(sites[:12]) + (" ..." if len(sites) > 12 else "")
 
 
 class PsumAccumulateError(NkiInterpreterError):
@@ -323,12 +420,19 @@ class State:
     """The interpreter state of the kernel call in progress (one at a time).
 
     ``program_id``/``num_programs``: the SPMD program this run is (``kernel[2]`` runs
-    programs 0 and 1, one per physical core of an LNC=2 logical core).
+    programs 0 and 1, one per physical core of an LNC=2 logical core). ``clock``: the
+    instructions issued so far in this program (lifetimes are measured in it).
+    ``version``: the NKI version whose rules apply (versions.py). ``budget``: what the
+    program issued (budget.py). ``trace``: shapes and counts only.
     """
 
     allocator: Allocator | None = None
     program_id: int = 0
     num_programs: int = 1
+    clock: int = 0
+    trace: bool = False
+    version: Any = None
+    budget: Any = None
 
 
 STATE = State()

@@ -22,13 +22,16 @@ from trnfrontier.runtime.kernels import backend, reset_kernels
 
 
 @pytest.fixture(scope="session")
-def interpreted() -> Callable[[str], ModuleType]:
-    cache: dict[str, ModuleType] = {}
+def interpreted() -> Callable[..., ModuleType]:
+    """``interpreted(name, nki_version=None)``: the shipped kernel file under the
+    interpreter, held to this repository's portable style (kernels/testing/subset.py)."""
+    cache: dict[tuple[str, str | None], ModuleType] = {}
 
-    def get(name: str) -> ModuleType:
-        if name not in cache:
-            cache[name] = load_kernel_module(name)
-        return cache[name]
+    def get(name: str, nki_version: str | None = None) -> ModuleType:
+        key = (name, nki_version)
+        if key not in cache:
+            cache[key] = load_kernel_module(name, nki_version=nki_version, portable=True)
+        return cache[key]
 
     return get
 
@@ -72,15 +75,19 @@ def _simulator_arg(arg: Any) -> Any:
     return arg.values if isinstance(arg, HostTensor) else arg
 
 
-@pytest.fixture(params=["interpreter-lnc1", "interpreter-lnc2", "nki.simulate-trn2-lnc2"])
+@pytest.fixture(
+    params=["interpreter-nki0.6-lnc1", "interpreter-nki0.7-lnc2", "nki.simulate-trn2-lnc2"]
+)
 def kernel(
-    request: pytest.FixtureRequest, interpreted: Callable[[str], ModuleType]
+    request: pytest.FixtureRequest, interpreted: Callable[..., ModuleType]
 ) -> Callable[[str], Any]:
-    """Kernel files run by the NumPy interpreter under LNC 1 and 2, and by nki.simulate
-    (Trn2 target, LNC 2) where nki is installed."""
+    """Kernel files run by the NumPy interpreter under LNC 1 (NKI 0.6 rules) and LNC 2
+    (NKI 0.7 rules): both versions and both grids without doubling the runtime; and by
+    nki.simulate (Trn2 target, LNC 2) where nki is installed."""
     lnc = int(request.param[-1])
     if request.param.startswith("interpreter"):
-        return lambda name: LaunchedModule(interpreted(name), lnc)
+        version = request.param.split("-")[1].removeprefix("nki")
+        return lambda name: LaunchedModule(interpreted(name, version), lnc)
     nki = request.getfixturevalue("real_nki")
     patcher = request.getfixturevalue("monkeypatch")
     for key, value in SIMULATOR_TARGET.items():
