@@ -48,7 +48,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from trnfrontier.eval_worker import run as worker_run
+    from trnfrontier.evaluate.worker import run as worker_run
     from trnfrontier.recipes import load_recipe
     from trnfrontier.runtime.checkpoint import save_final
     from trnfrontier.runtime.model import GPT, GPTConfig

@@ -244,7 +244,7 @@ def test_evaluation_over_the_timeout_is_reported(sample_home: Path, tmp_path: Pa
 
 
 def test_a_hung_worker_is_killed_at_the_deadline(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from trnfrontier import evaluation
+    from trnfrontier.evaluate import library as evaluation
 
     monkeypatch.setattr(evaluation, "LOAD_GRACE_SECONDS", 0.0)
     hung = tmp_path / "hung"

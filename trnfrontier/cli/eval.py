@@ -100,7 +100,7 @@ def command(
 ) -> None:
     """Score checkpoints with the trusted evaluate_bpb, each in a fresh process, after the
     causality and batch-independence checks; several paths are sorted by val_bpb."""
-    from trnfrontier.evaluation import EvalOptions, Target, evaluate
+    from trnfrontier.evaluate.library import EvalOptions, Target, evaluate
 
     if (train_py is None) != (checkpoint is None):
         raise UsageError("--train-py and --checkpoint go together: trnf eval --train-py train.py --checkpoint out/final.pt")

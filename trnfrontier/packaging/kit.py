@@ -166,7 +166,7 @@ def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, 
 
 def _measure(train_py: Path, checkpoint: Path) -> dict[str, Any]:
     """val_bpb now, through trnf eval's trusted evaluate_bpb in a fresh process."""
-    from trnfrontier.evaluation import EvalOptions, Target, evaluate
+    from trnfrontier.evaluate.library import EvalOptions, Target, evaluate
 
     document = evaluate([Target(checkpoint, train_py)], EvalOptions())
     result = document["results"][0]

@@ -1,6 +1,6 @@
 """The library behind `trnf eval`: the scorer's number for one or more checkpoints.
 
-Each checkpoint is scored in a fresh process (``trnfrontier.eval_worker``) by the trusted
+Each checkpoint is scored in a fresh process (``trnfrontier.evaluate.worker``) by the trusted
 ``evaluate_bpb`` of the selected prepare.py, after the contract's causality check and a
 batch-independence check. The evaluation length, context and batch size default to the
 ones the trainer used for that run (its summary.json, else the recipe recorded with the
@@ -22,7 +22,7 @@ from typing import Any
 from trnfrontier import processes
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.eval_spec import WorkerSpec
+from trnfrontier.evaluate.spec import WorkerSpec
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
 from trnfrontier.runtime.prepare_calls import constant, missing_names
@@ -167,7 +167,7 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
 def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised."""
     deadline = spec.timeout + LOAD_GRACE_SECONDS
-    command = [sys.executable, "-m", "trnfrontier.eval_worker", spec.to_json()]
+    command = [sys.executable, "-m", "trnfrontier.evaluate.worker", spec.to_json()]
     # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
     done = processes.run_tree(command, timeout=deadline, env=child_env(os.environ))
     if done.timed_out:

@@ -1,4 +1,4 @@
-"""trnfrontier.evaluation and the eval worker's checks, without the CLI."""
+"""trnfrontier.evaluate.library and the eval worker's checks, without the CLI."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trnfrontier import evaluation
 from trnfrontier.errors import UsageError
-from trnfrontier.eval_spec import WorkerSpec
-from trnfrontier.eval_worker import batch_independence_check
+from trnfrontier.evaluate import library as evaluation
+from trnfrontier.evaluate.spec import WorkerSpec
+from trnfrontier.evaluate.worker import batch_independence_check
 from trnfrontier.runtime.model import GPT, GPTConfig
 
 torch.set_num_threads(1)

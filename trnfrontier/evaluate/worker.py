@@ -1,6 +1,6 @@
 """The fresh process behind `trnf eval`: load one model, check it, score it, print one JSON object.
 
-    python -m trnfrontier.eval_worker '<spec as JSON>'
+    python -m trnfrontier.evaluate.worker '<spec as JSON>'
 
 Why a separate process: a score must not depend on anything a training process left
 behind (compiled graphs, RNG state, patched modules, a half-initialised process group).
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from trnfrontier.errors import TrnfError
-from trnfrontier.eval_spec import WorkerSpec
+from trnfrontier.evaluate.spec import WorkerSpec
 from trnfrontier.runtime import prepare_calls
 from trnfrontier.trusted_prepare import load_contract, tokenizer_sha256_of
 
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         if len(args) != 1:
-            raise WorkerError("usage", "usage: python -m trnfrontier.eval_worker '<spec JSON>'")
+            raise WorkerError("usage", "usage: python -m trnfrontier.evaluate.worker '<spec JSON>'")
         try:
             spec = WorkerSpec.from_json(args[0])
         except (ValueError, TypeError) as exc:

@@ -1,4 +1,4 @@
-"""What one evaluation worker runs with: ``trnf eval`` builds it, ``eval_worker`` reads it.
+"""What one evaluation worker runs with: ``trnf eval`` builds it, ``evaluate.worker`` reads it.
 
 It crosses a process boundary as JSON (the worker's one argument); both sides use this
 dataclass, so a key cannot be spelt one way here and another way there.
