@@ -88,16 +88,17 @@ def test_trnf_train_writes_them_when_the_run_finishes(
     sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.cli_run import run_cli
-    from trnfrontier import training
+    from trnfrontier.train import plan as planning
+    from trnfrontier.train import supervise
 
-    def finished(plan: training.RunPlan, **_: object) -> dict:
+    def finished(plan: planning.RunPlan, **_: object) -> dict:
         made = _finished_run(tmp_path)
         plan.run_dir.mkdir(parents=True, exist_ok=True)
         for path in made.iterdir():
             path.rename(plan.run_dir / path.name)
         return json.loads((plan.run_dir / "summary.json").read_text())
 
-    monkeypatch.setattr(training, "run_plan", finished)
+    monkeypatch.setattr(supervise, "run_plan", finished)
     run = tmp_path / "out"
     code, _, err = run_cli(["train", "cpu_smoke", "--out", str(run)], capsys)
     assert code == 0, err

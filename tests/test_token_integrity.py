@@ -53,10 +53,10 @@ def test_flipped_byte_is_found_before_training(home: Path, prepare_module) -> No
     # The loader checks sizes only (every open); the full hash runs before `trnf train`.
     with pytest.raises(prepare_module.PrepareError, match="SHA256"):
         prepare_module.verify_token_files()
-    from trnfrontier import training
+    from trnfrontier.train import plan
 
     with pytest.raises(TrnfError) as info:
-        training.check_can_train(load_recipe("cpu_smoke"))
+        plan.check_can_train(load_recipe("cpu_smoke"))
     assert str(path) in str(info.value) and "trnf prepare --source sample" in str(info.value)
     # That the named repair (setup) rebuilds a damaged token file is
     # tests/test_prepare_data.py::test_damaged_file_is_rebuilt_with_the_same_tokenizer.

@@ -7,7 +7,7 @@ code asks the kernel (``prctl(PR_SET_PDEATHSIG, SIGKILL)``) to be killed when it
 dies: the direct child in ``processes.start(die_with_parent=True)`` (between fork and
 exec, so it holds for torchrun too; SIGTERM there, on which torchrun stops its workers,
 which covers a kit's own train.py), and each trainer process again, with SIGKILL, in
-``trnfrontier.train_worker`` (torchrun's workers are torchrun's children, not ours).
+``trnfrontier.train.worker`` (torchrun's workers are torchrun's children, not ours).
 
 The signal only covers a parent that dies *after* it is set, so each process then checks
 that its parent is still the one that started it and that trnf itself (``SUPERVISOR_ENV``,

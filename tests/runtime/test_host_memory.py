@@ -73,7 +73,7 @@ def test_only_host_training_and_never_over_the_users_choice() -> None:
 
 def test_trnf_train_starts_a_cpu_run_with_them(monkeypatch: pytest.MonkeyPatch) -> None:
     from trnfrontier.recipes.loading import load_recipe
-    from trnfrontier.training import launch_env
+    from trnfrontier.train.plan import launch_env
 
     for name in (*KEEP_FREED, "TRNF_HOST_MALLOC"):
         monkeypatch.delenv(name, raising=False)

@@ -103,13 +103,9 @@ def _recipe_run(
     # Imported here, not at the top: the training library imports torch, and `trnf --help`
     # must not pay for it.
     from trnfrontier.cli.train_view import summary_table
-    from trnfrontier.interrupted import resume_note, stop_message
-    from trnfrontier.training import (
-        failure_message,
-        plan_from_arguments,
-        run_plan,
-        tail_log,
-    )
+    from trnfrontier.train.interrupted import resume_note, stop_message
+    from trnfrontier.train.plan import plan_from_arguments
+    from trnfrontier.train.supervise import failure_message, run_plan, tail_log
 
     plan = plan_from_arguments(
         recipe, extras, out=out_dir, name=name, nproc=nproc, lnc=lnc, resume=resume

@@ -56,7 +56,8 @@ def _run_name(base: str, key: str, seed: int) -> str:
 def train_seed(group: Group, seed: int, say: Say, warn: Say) -> dict[str, Any]:
     """Train one more seed of ``group``'s configuration; returns the run's summary."""
     from trnfrontier.recipes.registry import resolve_recipe_path
-    from trnfrontier.training import plan_new_run, run_plan
+    from trnfrontier.train.plan import plan_new_run
+    from trnfrontier.train.supervise import run_plan
 
     assert group.recipe is not None
     recipe = copy.deepcopy(group.recipe)

@@ -1,6 +1,6 @@
 """The process `trnf train` runs for each trainer (directly, or as torchrun's worker):
 
-    python -m trnfrontier.train_worker --recipe RUN_DIR/recipe.json --out RUN_DIR [--resume]
+    python -m trnfrontier.train.worker --recipe RUN_DIR/recipe.json --out RUN_DIR [--resume]
 
 It binds the trainer's life to its parent (``lifeline.die_with_parent``), then runs the
 runtime's entry point unchanged. The runtime cannot do this itself: it is what a

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.cli_run import run_cli
-from trnfrontier import training
 from trnfrontier.errors import TrnfError
-from trnfrontier.interrupted import restartable, resume_note, stop_message
 from trnfrontier.recipes.loading import load_recipe
 from trnfrontier.runtime import checkpoint as ck
+from trnfrontier.train import plan as planning
+from trnfrontier.train import supervise
+from trnfrontier.train.interrupted import restartable, resume_note, stop_message
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # A stand-in worker: logs one step, then works until it is stopped (no checkpoint yet).
 _WORKER = """
@@ -38,14 +39,14 @@ def _interrupted_run(tmp_path: Path) -> Path:
     """What Ctrl-C during startup leaves: a run directory with no checkpoint."""
     worker = tmp_path / "worker.py"
     worker.write_text(textwrap.dedent(_WORKER))
-    plan = training.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
+    plan = planning.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
     plan.command = [sys.executable, str(worker), str(plan.run_dir)]
 
     def interrupt(record: dict) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        training.run_plan(plan, live=False, on_record=interrupt, poll_seconds=0.02)
+        supervise.run_plan(plan, live=False, on_record=interrupt, poll_seconds=0.02)
     return plan.run_dir
 
 
@@ -68,10 +69,10 @@ def test_ctrl_c_before_the_first_checkpoint_suggests_a_rerun_that_works(sample_h
     # (the ledger's provenance.json, which `trnf train` writes first, is no obstacle).
     (run / "provenance.json").write_text("{}")
     assert restartable(run)
-    plan = training.plan_new_run("cpu_smoke", [], out=run)
+    plan = planning.plan_new_run("cpu_smoke", [], out=run)
     assert plan.replaces and not plan.resume
     plan.command = [sys.executable, "-c", "pass"]
-    training.run_plan(plan, live=False, poll_seconds=0.02)
+    supervise.run_plan(plan, live=False, poll_seconds=0.02)
     assert not (run / "metrics.jsonl").exists()  # the stopped run's step 1 is gone
     assert json.loads((run / "recipe.json").read_text())["name"] == "cpu_smoke"
 
@@ -83,7 +84,7 @@ def test_ctrl_c_after_a_checkpoint_suggests_resume_from_its_step(sample_home: Pa
     assert f"`trnf train --resume {run}`" in message and "step 40" in message
     assert not restartable(run)  # a run with a checkpoint is resumed, never replaced
     with pytest.raises(TrnfError, match="--resume"):
-        training.plan_new_run("cpu_smoke", [], out=run)
+        planning.plan_new_run("cpu_smoke", [], out=run)
     assert resume_note(run) == f"resuming {run} from checkpoints/step_000040 (step 40, 312 s of the budget charged)"
 
 
@@ -98,11 +99,11 @@ def test_a_live_run_without_a_summary_is_never_replaced(sample_home: Path, tmp_p
 def test_trnf_train_ctrl_c_prints_the_rerun_line(
     sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def interrupted(plan: training.RunPlan, **_: object) -> dict:
+    def interrupted(plan: planning.RunPlan, **_: object) -> dict:
         plan.run_dir.mkdir(parents=True, exist_ok=True)  # trnf train wrote provenance.json there
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "run_plan", interrupted)
+    monkeypatch.setattr(supervise, "run_plan", interrupted)
     run = tmp_path / "r"
     code, _, err = run_cli(["train", "cpu_smoke", "optim.matrix_lr=0.03", "--out", str(run)], capsys)
     assert code == 130
@@ -115,10 +116,10 @@ def test_trnf_train_resume_says_which_step_and_checkpoint(
     run = _interrupted_run(tmp_path)
     _add_checkpoint(run, 40)
 
-    def interrupted(plan: training.RunPlan, **_: object) -> dict:
+    def interrupted(plan: planning.RunPlan, **_: object) -> dict:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "run_plan", interrupted)
+    monkeypatch.setattr(supervise, "run_plan", interrupted)
     code, _, err = run_cli(["train", "--resume", str(run)], capsys)
     assert code == 130
     assert f"resuming {run} from checkpoints/step_000040 (step 40, 312 s of the budget charged)" in err
@@ -139,11 +140,11 @@ def test_the_final_evaluation_phase_is_shown(sample_home: Path, tmp_path: Path, 
         time.sleep(0.5)
         (run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": 1.5}))
     """))
-    plan = training.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
+    plan = planning.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
     plan.command = [sys.executable, str(worker), str(plan.run_dir)]
-    training.run_plan(plan, live=True, poll_seconds=0.05)
+    supervise.run_plan(plan, live=True, poll_seconds=0.05)
     err = capsys.readouterr().err
     assert "final evaluation: 2,048 tokens" in err
     assert err.index("step 1  loss 9.0000") < err.index("final evaluation:")  # in the order they happened
-    watch = training.PhaseWatch(plan.run_dir / "train.log")
+    watch = supervise.PhaseWatch(plan.run_dir / "train.log")
     assert watch.read() is None  # only lines written after it started count
