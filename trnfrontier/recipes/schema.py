@@ -3,56 +3,105 @@
 ``Recipe.model_dump(mode="json")`` is the *resolved recipe*: plain data that the runtime
 layer (and a packaged train.py, which has no pydantic) reads key by key. Field names
 here are therefore a contract with ``trnfrontier.runtime``; rename nothing lightly.
+
+Each section is built from its runtime spec (``trnfrontier/runtime/recipe.py``), which
+holds every knob's type and default. A section declares a field, with ``knob(...)`` and
+never a default of its own, to bound or describe it, or so that tool code reading it is
+type-checked; it takes the spec's other fields as they are. See ``Section``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+import typing
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trnfrontier.runtime.budget_rule import (
-    BUDGET_SECONDS,
-    STARTUP_CAP_SECONDS,
-    STARTUP_STEPS_EXCLUDED,
-)
-from trnfrontier.runtime.recipe import ModelSpec, ResolvedRecipe, grad_accum_steps, model_shape
+from trnfrontier.runtime import recipe as spec
+from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
+from trnfrontier.runtime.recipe import KernelChoice, ResolvedRecipe, grad_accum_steps, model_shape
 
-COMPETITION_BUDGET_SECONDS = BUDGET_SECONDS
 # Seeds feed torch.manual_seed, numpy and random: a non-negative 64-bit signed integer
 # is what all three take without overflow.
 MAX_SEED = 2**63 - 1
 
 
+class _Knob:
+    """A field's bounds and description, waiting for its default from the runtime spec."""
+
+    def __init__(self, constraints: dict[str, Any]) -> None:
+        self.constraints = constraints
+
+
+def knob(**constraints: Any) -> Any:
+    """A section field's pydantic constraints (``ge=``, ``description=`` ...) without a
+    default: ``Section.__init_subclass__`` gives it the runtime spec's."""
+    return _Knob(constraints)
+
+
 class Section(BaseModel):
+    """One recipe section. ``class XSection(Section, spec=XSpec)`` makes every field of the
+    runtime spec ``XSpec`` a field here, in the spec's order, with the spec's type and
+    default; a field declared in the class body (``name: type = knob(...)``) adds its
+    constraints. A field the spec lacks, a default written here or a type other than the
+    spec's is refused when the class is defined (a TypeError at import)."""
+
     # strict: YAML already types every scalar, so a string where a number belongs
     # (`depth: '10'`) or a bool where a float belongs (`matrix_lr: yes`, which YAML 1.1
     # reads as true) is a mistake to report, not a value to coerce. allow_inf_nan=False:
     # no knob of a run means anything at infinity (`rope_base: .inf`, `grad_clip: .inf`).
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
+    def __init_subclass__(cls, spec: type | None = None, **kwargs: Any) -> None:
+        # Runs before pydantic collects the fields (it reads the class's annotations and
+        # attributes after this returns), so what is set here is what it sees.
+        super().__init_subclass__(**kwargs)
+        if spec is not None:
+            _fields_from_spec(cls, spec)
 
-# The model's defaults are the runtime's (runtime/recipe.py ModelSpec), which builds a
-# model from a partial section too.
-_MODEL = ModelSpec()
+
+def _fields_from_spec(cls: type, spec_cls: type) -> None:
+    """Make ``cls``'s fields those of the dataclass ``spec_cls`` (see ``Section``)."""
+    # The class body's own annotations, evaluated in its module (not the bases').
+    own = type("_Declared", (), {"__annotations__": cls.__dict__.get("__annotations__", {}), "__module__": cls.__module__})
+    declared = typing.get_type_hints(own)
+    knobs = {f.name: f for f in dataclasses.fields(spec_cls)}
+    types = typing.get_type_hints(spec_cls)
+    extra = sorted(set(declared) - set(knobs))
+    if extra:
+        raise TypeError(f"{cls.__name__}.{extra[0]} is not a field of {spec_cls.__name__}: add the knob there first")
+    annotations: dict[str, Any] = {}
+    for name, field in knobs.items():
+        value = cls.__dict__.get(name)
+        if name in declared and not isinstance(value, _Knob):
+            raise TypeError(f"{cls.__name__}.{name}: declare it with knob(...); its default is {spec_cls.__name__}'s")
+        if name in declared and declared[name] != types[name]:
+            raise TypeError(f"{cls.__name__}.{name}: {declared[name]} is not {spec_cls.__name__}'s type {types[name]}")
+        if field.default is dataclasses.MISSING:
+            raise TypeError(f"{spec_cls.__name__}.{name} has no default; every knob needs one")
+        annotations[name] = types[name]
+        constraints = value.constraints if isinstance(value, _Knob) else {}
+        setattr(cls, name, Field(field.default, **constraints))
+    cls.__annotations__ = annotations
 
 
-class ModelSection(Section):
+class ModelSection(Section, spec=spec.ModelSpec):
     """A nanochat-style GPT. Width comes from depth x aspect_ratio (rounded up to a whole
     number of heads) unless ``n_embd`` is given."""
 
-    depth: int = Field(_MODEL.depth, ge=1, le=128, description="Transformer blocks.")
-    aspect_ratio: int = Field(_MODEL.aspect_ratio, ge=1, description="Width per layer of depth when n_embd is not given.")
-    head_dim: int = Field(_MODEL.head_dim, ge=8, le=256, description="Channels per attention head (even, for rotary).")
-    n_embd: int | None = Field(None, ge=8, description="Explicit width; overrides depth x aspect_ratio.")
-    n_head: int | None = Field(None, ge=1, description="Query heads; default n_embd // head_dim.")
-    n_kv_head: int | None = Field(None, ge=1, description="Key/value heads (GQA when < n_head); default n_head.")
-    mlp_ratio: int = Field(_MODEL.mlp_ratio, ge=1, le=16)
-    vocab_size: int = Field(_MODEL.vocab_size, ge=256, description="Must equal the tokenizer's vocabulary.")
-    sequence_len: int = Field(_MODEL.sequence_len, ge=8, le=65536, description="Training context length.")
-    softcap: float = Field(_MODEL.softcap, ge=0.0, description="Logit softcap (0 disables).")
-    value_embeds: bool = Field(_MODEL.value_embeds, description="Value embeddings mixed into attention values.")
-    rope_base: float = Field(_MODEL.rope_base, gt=0)
+    depth: int = knob(ge=1, le=128, description="Transformer blocks.")
+    aspect_ratio: int = knob(ge=1, description="Width per layer of depth when n_embd is not given.")
+    head_dim: int = knob(ge=8, le=256, description="Channels per attention head (even, for rotary).")
+    n_embd: int | None = knob(ge=8, description="Explicit width; overrides depth x aspect_ratio.")
+    n_head: int | None = knob(ge=1, description="Query heads; default n_embd // head_dim.")
+    n_kv_head: int | None = knob(ge=1, description="Key/value heads (GQA when < n_head); default n_head.")
+    mlp_ratio: int = knob(ge=1, le=16)
+    vocab_size: int = knob(ge=256, description="Must equal the tokenizer's vocabulary.")
+    sequence_len: int = knob(ge=8, le=65536, description="Training context length.")
+    softcap: float = knob(ge=0.0, description="Logit softcap (0 disables).")
+    value_embeds: bool = knob(description="Value embeddings mixed into attention values.")
+    rope_base: float = knob(gt=0)
 
     @model_validator(mode="after")
     def _shapes(self) -> ModelSection:
@@ -67,35 +116,35 @@ class ModelSection(Section):
         return self.shape()[0]
 
 
-class OptimSection(Section):
+class OptimSection(Section, spec=spec.OptimSpec):
     """Muon (Polar Express) for the blocks' matrices; AdamW for embeddings, head and scalars."""
 
-    matrix_lr: float = Field(0.02, gt=0, description="Muon learning rate for 2-D block weights.")
-    embedding_lr: float = Field(0.2, gt=0, description="AdamW LR for token (and value) embeddings.")
-    unembedding_lr: float = Field(0.004, gt=0, description="AdamW LR for the output head.")
-    scalar_lr: float = Field(0.5, gt=0, description="AdamW LR for scalar / vector parameters.")
-    lr_width_scaling: bool = Field(True, description="Scale AdamW LRs by (n_embd/768)^-0.5 as nanochat does.")
-    lr_batch_scaling: bool = Field(
-        True,
+    matrix_lr: float = knob(gt=0, description="Muon learning rate for 2-D block weights.")
+    embedding_lr: float = knob(gt=0, description="AdamW LR for token (and value) embeddings.")
+    unembedding_lr: float = knob(gt=0, description="AdamW LR for the output head.")
+    scalar_lr: float = knob(gt=0, description="AdamW LR for scalar / vector parameters.")
+    lr_width_scaling: bool = knob(description="Scale AdamW LRs by (n_embd/768)^-0.5 as nanochat does.")
+    lr_batch_scaling: bool = knob(
         description="Scale every LR by sqrt(tokens per step / reference_batch_tokens), nanochat's rule: "
         "the LRs above are tuned at the reference batch, and a smaller batch (noisier gradients) takes "
         "proportionally smaller steps (1/8 of them at 8,192 tokens).",
     )
-    reference_batch_tokens: int = Field(
-        524_288, ge=1, description="Tokens per step at which the LRs above apply unscaled (nanochat: 2^19)."
+    reference_batch_tokens: int = knob(
+        ge=1, description="Tokens per step at which the LRs above apply unscaled (nanochat: 2^19)."
     )
-    adam_betas: tuple[float, float] = (0.8, 0.95)
-    adam_eps: float = Field(1e-10, gt=0)
-    weight_decay: float = Field(0.0, ge=0, description="Muon weight decay.")
-    cautious_weight_decay: bool = Field(False, description="Decay only where update and weight agree in sign.")
-    muon_momentum: float = Field(0.95, ge=0, lt=1)
-    muon_momentum_warmup_start: float = Field(0.85, ge=0, lt=1)
-    muon_momentum_warmup_steps: int = Field(300, ge=0)
-    nesterov: bool = True
-    polar_express_steps: int = Field(5, ge=1, le=5)
-    normuon: bool = Field(False, description="NorMuon: per-neuron second-moment normalisation of the update.")
-    normuon_beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(0.0, ge=0, description="Global grad-norm clip (0 disables).")
+    adam_betas: tuple[float, float] = knob(description="AdamW's (beta1, beta2), each in [0, 1).")
+    adam_eps: float = knob(gt=0)
+    weight_decay: float = knob(ge=0, description="Muon weight decay.")
+    cautious_weight_decay: bool = knob(description="Decay only where update and weight agree in sign.")
+    muon_momentum: float = knob(ge=0, lt=1)
+    muon_momentum_warmup_start: float = knob(ge=0, lt=1)
+    muon_momentum_warmup_steps: int = knob(
+        ge=0, description="Steps over which Muon's momentum rises from muon_momentum_warmup_start (0: none)."
+    )
+    polar_express_steps: int = knob(ge=1, le=5)
+    normuon: bool = knob(description="NorMuon: per-neuron second-moment normalisation of the update.")
+    normuon_beta2: float = knob(ge=0, lt=1)
+    grad_clip: float = knob(ge=0, description="Global grad-norm clip (0 disables).")
 
     @field_validator("adam_betas", mode="before")
     @classmethod
@@ -111,7 +160,7 @@ class OptimSection(Section):
         return self
 
 
-class ScheduleSection(Section):
+class ScheduleSection(Section, spec=spec.ScheduleSpec):
     """LR multiplier over the run: warmup, flat, warmdown to final_lr_frac.
 
     ``mode: time`` drives it by the fraction of the training budget charged so far, so a
@@ -119,14 +168,14 @@ class ScheduleSection(Section):
     uses ``total_steps`` for fixed-step experiments.
     """
 
-    mode: Literal["time", "steps"] = "time"
-    warmup_frac: float = Field(0.0, ge=0, le=1)
-    warmup_steps: int = Field(
-        0, ge=0, description="Linear LR warm-up over the first N optimizer steps (nanochat: 40), with warmup_frac: the smaller ramp applies."
+    mode: Literal["time", "steps"] = knob(description="time: by the charged share of the budget; steps: by total_steps.")
+    warmup_frac: float = knob(ge=0, le=1)
+    warmup_steps: int = knob(
+        ge=0, description="Linear LR warm-up over the first N optimizer steps (nanochat: 40), with warmup_frac: the smaller ramp applies."
     )
-    warmdown_frac: float = Field(0.4, ge=0, le=1)
-    final_lr_frac: float = Field(0.0, ge=0, le=1)
-    total_steps: int | None = Field(None, ge=1)
+    warmdown_frac: float = knob(ge=0, le=1)
+    final_lr_frac: float = knob(ge=0, le=1)
+    total_steps: int | None = knob(ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> ScheduleSection:
@@ -137,62 +186,58 @@ class ScheduleSection(Section):
         return self
 
 
-class DataSection(Section):
-    dataset: str | None = Field(None, description="Prepared dataset name (default: the active one).")
-    batch_size: int = Field(32, ge=1, description="Rows per device per micro-step.")
-    total_batch_tokens: int | None = Field(
-        None, ge=1, description="Tokens per optimizer step over all ranks; default one micro-step on every rank."
+class DataSection(Section, spec=spec.DataSpec):
+    dataset: str | None = knob(description="Prepared dataset name (default: the active one).")
+    batch_size: int = knob(ge=1, description="Rows per device per micro-step.")
+    total_batch_tokens: int | None = knob(
+        ge=1, description="Tokens per optimizer step over all ranks; default one micro-step on every rank."
     )
 
 
-class BudgetSection(Section):
+class BudgetSection(Section, spec=spec.BudgetSpec):
     """The organisers' clock. ``competition: true`` keeps ``seconds`` within the rules."""
 
-    seconds: float = Field(COMPETITION_BUDGET_SECONDS, gt=0)
-    startup_steps_excluded: int = Field(STARTUP_STEPS_EXCLUDED, ge=0)
-    startup_allowance_cap_seconds: float = Field(STARTUP_CAP_SECONDS, ge=0)
-    checkpoint_reserve_seconds: float = Field(30.0, ge=0, description="Kept free at the end for the final checkpoint.")
-    competition: bool = Field(True, description="Enforce the competition's limits (seconds <= 1800).")
-    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps even with budget left.")
+    seconds: float = knob(gt=0)
+    startup_steps_excluded: int = knob(ge=0)
+    startup_allowance_cap_seconds: float = knob(ge=0)
+    checkpoint_reserve_seconds: float = knob(ge=0, description="Kept free at the end for the final checkpoint.")
+    competition: bool = knob(description="Enforce the competition's limits (seconds <= 1800).")
+    max_steps: int | None = knob(ge=1, description="Stop after this many steps even with budget left.")
 
     @model_validator(mode="after")
     def _within_rules(self) -> BudgetSection:
-        if self.competition and self.seconds > COMPETITION_BUDGET_SECONDS:
+        if self.competition and self.seconds > BUDGET_SECONDS:
             raise ValueError(
-                f"seconds={self.seconds:g} exceeds the competition budget of {COMPETITION_BUDGET_SECONDS:g} s "
+                f"seconds={self.seconds:g} exceeds the competition budget of {BUDGET_SECONDS:g} s "
                 "(set budget.competition=false for a non-competition experiment)"
             )
         return self
 
 
-class RuntimeSection(Section):
-    device: Literal["auto", "cpu", "cuda", "neuron"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 where the device supports it.")
-    compile: bool | Literal["auto"] = Field(
-        "auto",
+class RuntimeSection(Section, spec=spec.RuntimeSpec):
+    device: Literal["auto", "cpu", "cuda", "neuron"] = knob(description="auto: neuron, then cuda, then cpu.")
+    dtype: Literal["auto", "float32", "bfloat16"] = knob(description="auto: bfloat16 where the device supports it.")
+    compile: bool | Literal["auto"] = knob(
         description="torch.compile the training step and optimizer updates. auto: on for CPU and CUDA, "
         "off on Neuron (true compiles with the neuron backend); TRNF_COMPILE=0/1 overrides auto. "
         "The cache lives under the data home, so a second run starts warm.",
     )
-    seed: int = Field(1337, ge=0, le=MAX_SEED)
-    nproc: int = Field(1, ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
+    seed: int = knob(ge=0, le=MAX_SEED)
+    nproc: int = knob(ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
     # An int in [1, 2], not Literal[1, 2]: a Literal accepts true as 1.
-    lnc: int = Field(2, ge=1, le=2, description="NEURON_LOGICAL_NC_CONFIG on Neuron (1 or 2).")
-    threads: int | None = Field(None, ge=1, description="CPU threads per process (default: torch's).")
+    lnc: int = knob(ge=1, le=2, description="NEURON_LOGICAL_NC_CONFIG on Neuron (1 or 2).")
+    threads: int | None = knob(ge=1, description="CPU threads per process (default: torch's).")
 
 
-class EvalSection(Section):
-    tokens: int = Field(2_097_152, ge=1, description="Validation tokens (2,097,152 public; ~20M official).")
-    seq_len: int = Field(1024, ge=8, description="Evaluation context (the contract's is 1024).")
-    batch_size: int = Field(8, ge=1)
-    every_seconds: float | None = Field(None, gt=0, description="Periodic validation during training.")
-    final: bool = Field(True, description="Evaluate the final checkpoint with the trusted evaluate_bpb.")
+class EvalSection(Section, spec=spec.EvalSpec):
+    tokens: int = knob(ge=1, description="Validation tokens (2,097,152 public; ~20M official).")
+    seq_len: int = knob(ge=8, description="Evaluation context (the contract's is 1024).")
+    batch_size: int = knob(ge=1)
+    every_seconds: float | None = knob(gt=0, description="Periodic validation during training.")
+    final: bool = knob(description="Evaluate the final checkpoint with the trusted evaluate_bpb.")
 
 
-KernelChoice = Literal["off", "auto", "on"]
-
-
-class KernelsSection(Section):
+class KernelsSection(Section, spec=spec.KernelsSpec):
     """Per kernel: off = plain PyTorch; auto = NKI on Neuron, reference elsewhere (said once);
     on = the NKI kernel is required, and its absence is an error."""
 
@@ -204,23 +249,16 @@ class KernelsSection(Section):
             return {k: ("on" if v is True else "off" if v is False else v) for k, v in data.items()}
         return data
 
-    relu2: KernelChoice = "off"
-    rmsnorm: KernelChoice = "off"
-    rope_qknorm: KernelChoice = "off"
-    cross_entropy: KernelChoice = "off"
-    polar_express: KernelChoice = "off"
-    # off until a Trn2 measures the kernels faster than PyTorch (kernels/README.md)
-    attention: KernelChoice = Field(
-        "off",
+    attention: KernelChoice = knob(
         description="Flash attention forward and backward kernels; unmeasured on hardware, "
         "so off by default until `trnf doctor --kernels` shows them faster than PyTorch.",
     )
 
 
-class RunSection(Section):
-    log_every_steps: int = Field(1, ge=1)
-    checkpoint_every_seconds: float | None = Field(300.0, gt=0, description="Resumable checkpoints (None: final only).")
-    max_loss: float = Field(20.0, gt=0, description="A loss above this (or NaN/inf) stops the run as diverged.")
+class RunSection(Section, spec=spec.RunSpec):
+    log_every_steps: int = knob(ge=1)
+    checkpoint_every_seconds: float | None = knob(gt=0, description="Resumable checkpoints (None: final only).")
+    max_loss: float = knob(gt=0, description="A loss above this (or NaN/inf) stops the run as diverged.")
 
 
 class Recipe(Section):

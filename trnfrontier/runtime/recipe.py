@@ -1,11 +1,13 @@
-"""The resolved recipe as the runtime holds it: typed, every key present, shapes derived once.
+"""Every recipe knob, typed, with its one default; and the resolved recipe the runtime holds.
 
-The tool validates a recipe with pydantic (``trnfrontier/recipes/schema.py``) and hands
-the runtime ``Recipe.model_dump(mode="json")``, plain data, because a submission carries
-the runtime without pydantic. ``ResolvedRecipe.from_dict`` turns that data into these
-stdlib dataclasses at the runtime's door (a missing or unknown key is an error naming it),
-so the trainer reads ``recipe.budget.seconds``, not ``cfg["budget"].get("seconds", ...)``.
-``Recipe.resolved()`` builds one from the schema.
+The knobs are the fields of the ``*Spec`` dataclasses below: their types and defaults are
+defined here and nowhere else. The tool validates a recipe with pydantic
+(``trnfrontier/recipes/schema.py``, whose sections take these defaults and add bounds and
+descriptions) and hands the runtime ``Recipe.model_dump(mode="json")``, plain data,
+because a submission carries the runtime without pydantic. ``ResolvedRecipe.from_dict``
+turns that data into these stdlib dataclasses at the runtime's door (a missing or unknown
+key is an error naming it), so the runtime reads ``recipe.budget.seconds``, never
+``cfg["budget"].get("seconds", ...)``. ``Recipe.resolved()`` builds one from the schema.
 
 Arithmetic both sides need is defined here once: the model's width and heads
 (``model_shape``) and the gradient-accumulation steps (``grad_accum_steps``).
@@ -15,7 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from trnfrontier.runtime.budget_rule import (
+    BUDGET_SECONDS,
+    STARTUP_CAP_SECONDS,
+    STARTUP_STEPS_EXCLUDED,
+)
 
 
 class RecipeError(ValueError):
@@ -62,10 +70,17 @@ def grad_accum_steps(batch_size: int, sequence_len: int, world_size: int, total_
     return total // micro
 
 
+# Every knob of a recipe is a field below, with its type and its default: the one
+# definition of both. The pydantic schema (recipes/schema.py) takes its fields' defaults
+# (and, where it declares none, their types) from these classes and adds bounds and
+# descriptions; tests/recipes/test_knob_defaults.py holds the two equal. Add a knob here,
+# then use it where it acts; declare it in the schema only to bound or describe it.
+
+KernelChoice = Literal["off", "auto", "on"]
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    # Defaults only here, for callers that build a model from a partial section (tests,
-    # benchmarks); the schema's defaults are checked against these in tests/recipes.
     depth: int = 10
     aspect_ratio: int = 64
     head_dim: int = 128
@@ -86,79 +101,91 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class OptimSpec:
-    matrix_lr: float
-    embedding_lr: float
-    unembedding_lr: float
-    scalar_lr: float
-    lr_width_scaling: bool
-    lr_batch_scaling: bool
-    reference_batch_tokens: int
-    adam_betas: tuple[float, float]
-    adam_eps: float
-    weight_decay: float
-    cautious_weight_decay: bool
-    muon_momentum: float
-    muon_momentum_warmup_start: float
-    muon_momentum_warmup_steps: int
-    nesterov: bool
-    polar_express_steps: int
-    normuon: bool
-    normuon_beta2: float
-    grad_clip: float
+    matrix_lr: float = 0.02
+    embedding_lr: float = 0.2
+    unembedding_lr: float = 0.004
+    scalar_lr: float = 0.5
+    lr_width_scaling: bool = True
+    lr_batch_scaling: bool = True
+    reference_batch_tokens: int = 524_288  # nanochat's batch (2^19 tokens), where its LRs apply unscaled
+    adam_betas: tuple[float, float] = (0.8, 0.95)
+    adam_eps: float = 1e-10
+    weight_decay: float = 0.0
+    cautious_weight_decay: bool = False
+    muon_momentum: float = 0.95
+    muon_momentum_warmup_start: float = 0.85
+    muon_momentum_warmup_steps: int = 300
+    nesterov: bool = True
+    polar_express_steps: int = 5
+    normuon: bool = False
+    normuon_beta2: float = 0.95
+    grad_clip: float = 0.0
 
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    mode: str  # "time" | "steps"
-    warmup_frac: float
-    warmup_steps: int
-    warmdown_frac: float
-    final_lr_frac: float
-    total_steps: int | None
+    mode: Literal["time", "steps"] = "time"
+    warmup_frac: float = 0.0
+    warmup_steps: int = 0
+    warmdown_frac: float = 0.4
+    final_lr_frac: float = 0.0
+    total_steps: int | None = None
 
 
 @dataclass(frozen=True)
 class DataSpec:
-    dataset: str | None
-    batch_size: int
-    total_batch_tokens: int | None
+    dataset: str | None = None
+    batch_size: int = 32
+    total_batch_tokens: int | None = None
 
 
 @dataclass(frozen=True)
 class BudgetSpec:
-    seconds: float
-    startup_steps_excluded: int
-    startup_allowance_cap_seconds: float
-    checkpoint_reserve_seconds: float
-    competition: bool
-    max_steps: int | None
+    seconds: float = BUDGET_SECONDS
+    startup_steps_excluded: int = STARTUP_STEPS_EXCLUDED
+    startup_allowance_cap_seconds: float = STARTUP_CAP_SECONDS
+    checkpoint_reserve_seconds: float = 30.0
+    competition: bool = True
+    max_steps: int | None = None
 
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    device: str
-    dtype: str
-    compile: bool | str  # true, false or "auto" (compiling.compile_enabled decides)
-    seed: int
-    nproc: int
-    lnc: int
-    threads: int | None
+    device: Literal["auto", "cpu", "cuda", "neuron"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    compile: bool | Literal["auto"] = "auto"  # compiling.compile_enabled decides "auto"
+    seed: int = 1337
+    nproc: int = 1
+    lnc: int = 2
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
 class EvalSpec:
-    tokens: int
-    seq_len: int
-    batch_size: int
-    every_seconds: float | None
-    final: bool
+    tokens: int = 2_097_152  # the contract's public evaluation (4 x 524,288)
+    seq_len: int = 1024  # the contract's evaluation context
+    batch_size: int = 8
+    every_seconds: float | None = None
+    final: bool = True
+
+
+@dataclass(frozen=True)
+class KernelsSpec:
+    """Per NKI kernel: off (plain PyTorch), auto (the kernel where it can run) or on."""
+
+    relu2: KernelChoice = "off"
+    rmsnorm: KernelChoice = "off"
+    rope_qknorm: KernelChoice = "off"
+    cross_entropy: KernelChoice = "off"
+    polar_express: KernelChoice = "off"
+    attention: KernelChoice = "off"  # unmeasured on hardware: off until a Trn2 shows it faster
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    log_every_steps: int
-    checkpoint_every_seconds: float | None
-    max_loss: float
+    log_every_steps: int = 1
+    checkpoint_every_seconds: float | None = 300.0
+    max_loss: float = 20.0
 
 
 _S = TypeVar("_S")
@@ -191,7 +218,7 @@ class ResolvedRecipe:
     budget: BudgetSpec
     runtime: RuntimeSpec
     eval: EvalSpec
-    kernels: dict[str, str]  # kernel -> "off" | "auto" | "on"
+    kernels: KernelsSpec
     run: RunSpec
 
     @classmethod
@@ -206,9 +233,6 @@ class ResolvedRecipe:
         missing = [name for name in sections if name not in data]
         if missing:
             raise RecipeError(f"resolved recipe: {missing[0]} is missing (resolve it with trnf's recipe schema)")
-        kernels = data["kernels"]
-        if not isinstance(kernels, dict):
-            raise RecipeError("resolved recipe: kernels must be a mapping")
         return cls(
             name=str(data["name"]),
             description=str(data["description"]),
@@ -219,7 +243,7 @@ class ResolvedRecipe:
             budget=_section(BudgetSpec, data["budget"], "budget"),
             runtime=_section(RuntimeSpec, data["runtime"], "runtime"),
             eval=_section(EvalSpec, data["eval"], "eval"),
-            kernels={str(k): str(v) for k, v in kernels.items()},
+            kernels=_section(KernelsSpec, data["kernels"], "kernels"),
             run=_section(RunSpec, data["run"], "run"),
         )
 

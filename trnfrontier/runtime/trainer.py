@@ -172,7 +172,7 @@ class Trainer:
             )
         # Kernels are chosen before the model is built, so every op the model calls is the
         # recipe's choice; KernelUnavailableError (a kernel set to "on" that cannot run) stops here.
-        self.kernels = choose_kernels(r.kernels, self.device)
+        self.kernels = choose_kernels(dataclasses.asdict(r.kernels), self.device)
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
         self.model = GPT(GPTConfig.from_recipe(r.model)).to(self.device)
         # LRs follow the batch (optim.lr_batch_scaling): the tokens of one optimizer step.
