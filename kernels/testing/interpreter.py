@@ -70,6 +70,7 @@ class InterpretedKernel:
         self.fn = fn
         self.grid = grid
         self.version = version or versions.resolve()
+        self.last_budgets: list[Budget] = []  # each program's, from the latest run or trace
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = fn.__doc__
 
@@ -122,6 +123,7 @@ class InterpretedKernel:
             state.allocator, state.budget, state.trace, state.version = None, None, False, None
             state.program_id, state.num_programs, state.clock = 0, 1, 0
         _check_output_buffers(results, self.grid)
+        self.last_budgets = budgets
         return results, budgets
 
     def _check_lnc(self) -> None:
