@@ -4,18 +4,26 @@
     loss = logsumexp(s) - s[target]    (0 where target < 0: ignored positions)
 
 Layout: logits z [N, V] in HBM, rows on partitions. The vocabulary is walked once, in
-chunks of VCHUNK columns, so the softcapped logits exist only one chunk at a time in
-SBUF and never reach HBM. With a softcap, s < cap bounds every logit, so cap is a fixed
-shift: lse = cap + log(sum exp(s - cap)) with exp(s - cap) in (e^(-2 cap), 1], no
-running max and no rescaling; exp(cap * tanh(z / cap) - cap) is one Scalar Engine
-instruction on the tanh (scale=cap, bias=-cap). Without a softcap the forward keeps an
-online logsumexp (running max, rescaled running sum). The backward recomputes s chunk
-by chunk from z and the saved lse:
+chunks of VCHUNK columns (4 KiB of bfloat16 per partition per DMA), so the softcapped
+logits exist only one chunk at a time in SBUF and never reach HBM. With a softcap,
+s < cap bounds every logit, so cap is a fixed shift: lse = cap + log(sum exp(s - cap))
+with exp(s - cap) in (e^(-2 cap), 1], no running max and no rescaling;
+exp(cap * tanh(z / cap) - cap) is one Scalar Engine instruction on the tanh (scale=cap,
+bias=-cap). Without a softcap the forward keeps an online logsumexp (running max,
+rescaled running sum). The backward recomputes s chunk by chunk from z and the saved lse:
 
     dz = dloss * (softmax(s) - onehot(target)) * (1 - (s / cap)^2)
 
+Row groups: a program's full row tiles are taken GROUP at a time, and tile j of a group
+of g tiles starting at row r holds rows r + p * g + j (partition p; a step slice of z).
+The group's per-row values (targets, loss, lse, dloss) are then one [128, g] tile whose
+flat order is the rows' own, so each moves in one DMA per group instead of 4 bytes per
+tile. The ragged tail (N % 128 rows) is one more tile on the last program.
+
 targets arrive as float32 [N, 1] (exact for vocabularies below 2^24) so the one-hot is a
-per-partition compare of an iota row with the target.
+compare of the column index with the target: a [128, VCHUNK] column index is built once
+per program (iota) and each chunk compares (index + chunk start) with the target in one
+instruction.
 """
 
 import nki
@@ -23,7 +31,8 @@ import nki.isa as nisa
 import nki.language as nl
 
 PMAX = 128
-VCHUNK = 512
+VCHUNK = 2048
+GROUP = 512  # row tiles per group: a [128, 512] float32 stats tile is 2 KiB a partition
 NEG_BIG = -1.0e30  # a finite -inf: exp(NEG_BIG - m) underflows to exactly 0
 
 
@@ -39,10 +48,22 @@ def _last_program():
     return nl.program_id(0) == nl.num_programs(0) - 1
 
 
-def _softcapped(z, r0, rows, c0, cols, cap):
+def _column_index():
+    """[128, VCHUNK] float32 holding 0 .. VCHUNK - 1 on every partition (once a program)."""
+    idx = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.iota(dst=idx, pattern=[[1, VCHUNK]], offset=0, channel_multiplier=0)
+    return idx
+
+
+def _rows(t, r0, step, rows, c0, cols):
+    """Rows r0, r0 + step, ... (rows of them) of HBM tensor t, columns c0 .. c0 + cols."""
+    return t[r0 : r0 + step * (rows - 1) + 1 : step, c0 : c0 + cols]
+
+
+def _softcapped(z, r0, step, rows, c0, cols, cap):
     """Load one chunk of logits and return it softcapped, in float32."""
     zt = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=zt[0:rows, 0:cols], src=z[r0 : r0 + rows, c0 : c0 + cols])
+    nisa.dma_copy(dst=zt[0:rows, 0:cols], src=_rows(z, r0, step, rows, c0, cols))
     s = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
     if cap > 0:
         nisa.activation(dst=s[0:rows, 0:cols], op=nl.tanh, data=zt[0:rows, 0:cols], scale=1.0 / cap)
@@ -54,20 +75,23 @@ def _softcapped(z, r0, rows, c0, cols, cap):
     return s
 
 
-def _onehot(tg, rows, c0, cols):
-    """1.0 where column index == target, else 0.0 (float32)."""
-    idx = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.iota(dst=idx[0:rows, 0:cols], pattern=[[1, cols]], offset=c0, channel_multiplier=0)
+def _onehot(idx, tg, rows, c0, cols):
+    """1.0 where column index == target, else 0.0 (float32): one compare per chunk."""
     hot = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(
-        dst=hot[0:rows, 0:cols], data=idx[0:rows, 0:cols], op0=nl.equal, operand0=tg[0:rows, :]
+        dst=hot[0:rows, 0:cols],
+        data=idx[0:rows, 0:cols],
+        op0=nl.add,
+        operand0=c0 * 1.0,
+        op1=nl.equal,
+        operand1=tg,
     )
     return hot
 
 
-def _add_picked(tg, vals, picked, rows, c0, cols):
+def _add_picked(idx, tg, vals, picked, rows, c0, cols):
     """picked += vals[target column] where the target falls in columns c0 .. c0 + cols."""
-    hot = _onehot(tg, rows, c0, cols)
+    hot = _onehot(idx, tg, rows, c0, cols)
     nisa.tensor_tensor(
         dst=hot[0:rows, 0:cols],
         data1=hot[0:rows, 0:cols],
@@ -78,15 +102,12 @@ def _add_picked(tg, vals, picked, rows, c0, cols):
     nisa.tensor_reduce(
         dst=part[0:rows, :], op=nl.add, data=hot[0:rows, 0:cols], axis=1, keepdims=True
     )
-    nisa.tensor_tensor(
-        dst=picked[0:rows, :], data1=picked[0:rows, :], data2=part[0:rows, :], op=nl.add
-    )
+    nisa.tensor_tensor(dst=picked, data1=picked, data2=part[0:rows, :], op=nl.add)
 
 
-def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
+def _fwd_tile(z, idx, tg, out_loss, out_lse, r0, step, rows, cap):
+    """Online logsumexp (no softcap): lse and loss of one tile into [rows, 1] views."""
     v = z.shape[1]
-    tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0 : r0 + rows, :])
     m = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     l_sum = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     picked = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -95,7 +116,7 @@ def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
     nisa.memset(dst=picked[0:rows, :], value=0.0)
     for c0 in nl.static_range(0, v, VCHUNK):  # loop-carried (m, l_sum): runs in order
         cols = min(VCHUNK, v - c0)
-        s = _softcapped(z, r0, rows, c0, cols, cap)
+        s = _softcapped(z, r0, step, rows, c0, cols, cap)
         cmax = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_reduce(
             dst=cmax[0:rows, :], op=nl.maximum, data=s[0:rows, 0:cols], axis=1, keepdims=True
@@ -127,20 +148,15 @@ def _fwd_tile(z, targets, loss, lse, r0, rows, cap):
             dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=csum[0:rows, :], op=nl.add
         )
         nisa.tensor_copy(dst=m[0:rows, :], src=m_new[0:rows, :])
-        _add_picked(tg, s, picked, rows, c0, cols)
-    out_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=out_lse[0:rows, :], op=nl.log, data=l_sum[0:rows, :])
-    nisa.tensor_tensor(
-        dst=out_lse[0:rows, :], data1=out_lse[0:rows, :], data2=m[0:rows, :], op=nl.add
-    )
-    _store_loss(tg, out_lse, picked, loss, lse, r0, rows)
+        _add_picked(idx, tg, s, picked[0:rows, :], rows, c0, cols)
+    nisa.activation(dst=out_lse, op=nl.log, data=l_sum[0:rows, :])
+    nisa.tensor_tensor(dst=out_lse, data1=out_lse, data2=m[0:rows, :], op=nl.add)
+    _loss(tg, out_lse, picked[0:rows, :], out_loss, rows)
 
 
-def _fwd_tile_capped(z, targets, loss, lse, r0, rows, cap):
+def _fwd_tile_capped(z, idx, tg, out_loss, out_lse, r0, step, rows, cap):
     """One pass, fixed shift cap: lse = cap + log(sum exp(cap * t - cap)), t = tanh(z / cap)."""
     v = z.shape[1]
-    tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0 : r0 + rows, :])
     shift = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=shift[0:rows, :], value=-cap)
     l_sum = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -150,7 +166,7 @@ def _fwd_tile_capped(z, targets, loss, lse, r0, rows, cap):
     for c0 in nl.static_range(0, v, VCHUNK):  # sums carried from chunk to chunk
         cols = min(VCHUNK, v - c0)
         zt = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=zt[0:rows, 0:cols], src=z[r0 : r0 + rows, c0 : c0 + cols])
+        nisa.dma_copy(dst=zt[0:rows, 0:cols], src=_rows(z, r0, step, rows, c0, cols))
         t = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=t[0:rows, 0:cols], op=nl.tanh, data=zt[0:rows, 0:cols], scale=1.0 / cap)
         p = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
@@ -167,34 +183,50 @@ def _fwd_tile_capped(z, targets, loss, lse, r0, rows, cap):
         nisa.tensor_tensor(
             dst=l_sum[0:rows, :], data1=l_sum[0:rows, :], data2=csum[0:rows, :], op=nl.add
         )
-        _add_picked(tg, t, picked, rows, c0, cols)
-    out_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=out_lse[0:rows, :], op=nl.log, data=l_sum[0:rows, :])
-    nisa.tensor_scalar(dst=out_lse[0:rows, :], data=out_lse[0:rows, :], op0=nl.add, operand0=cap)
+        _add_picked(idx, tg, t, picked[0:rows, :], rows, c0, cols)
+    nisa.activation(dst=out_lse, op=nl.log, data=l_sum[0:rows, :])
+    nisa.tensor_scalar(dst=out_lse, data=out_lse, op0=nl.add, operand0=cap)
     nisa.tensor_scalar(dst=picked[0:rows, :], data=picked[0:rows, :], op0=nl.multiply, operand0=cap)
-    _store_loss(tg, out_lse, picked, loss, lse, r0, rows)
+    _loss(tg, out_lse, picked[0:rows, :], out_loss, rows)
 
 
-def _store_loss(tg, out_lse, picked, loss, lse, r0, rows):
-    """loss = (lse - s[target]) where target >= 0, else 0; both stored to HBM."""
+def _loss(tg, out_lse, picked, out_loss, rows):
+    """loss = (lse - s[target]) where target >= 0, else 0."""
     valid = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=valid[0:rows, :], data=tg[0:rows, :], op0=nl.greater_equal, operand0=0.0)
-    out_loss = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(
-        dst=out_loss[0:rows, :], data1=out_lse[0:rows, :], data2=picked[0:rows, :], op=nl.subtract
-    )
-    nisa.tensor_tensor(
-        dst=out_loss[0:rows, :], data1=out_loss[0:rows, :], data2=valid[0:rows, :], op=nl.multiply
-    )
-    nisa.dma_copy(dst=loss[r0 : r0 + rows, :], src=out_loss[0:rows, :])
-    nisa.dma_copy(dst=lse[r0 : r0 + rows, :], src=out_lse[0:rows, :])
+    nisa.tensor_scalar(dst=valid[0:rows, :], data=tg, op0=nl.greater_equal, operand0=0.0)
+    nisa.tensor_tensor(dst=out_loss, data1=out_lse, data2=picked, op=nl.subtract)
+    nisa.tensor_tensor(dst=out_loss, data1=out_loss, data2=valid[0:rows, :], op=nl.multiply)
 
 
-def _fwd_rows(z, targets, loss, lse, r0, rows, cap):
+def _fwd_rows(z, idx, tg, out_loss, out_lse, r0, step, rows, cap):
     if cap > 0:  # static: cap is a compile-time float
-        _fwd_tile_capped(z, targets, loss, lse, r0, rows, cap)
+        _fwd_tile_capped(z, idx, tg, out_loss, out_lse, r0, step, rows, cap)
     else:
-        _fwd_tile(z, targets, loss, lse, r0, rows, cap)
+        _fwd_tile(z, idx, tg, out_loss, out_lse, r0, step, rows, cap)
+
+
+def _fwd_group(z, targets, loss, lse, idx, g0, g, cap):
+    """Row tiles g0 .. g0 + g (rows g0 * 128 + p * g + j): stats in and out by one DMA each."""
+    r0, n_rows = g0 * PMAX, g * PMAX
+    tg = nl.ndarray((PMAX, GROUP), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tg[:, 0:g], src=targets[r0 : r0 + n_rows, :])
+    out_loss = nl.ndarray((PMAX, GROUP), dtype=nl.float32, buffer=nl.sbuf)
+    out_lse = nl.ndarray((PMAX, GROUP), dtype=nl.float32, buffer=nl.sbuf)
+    for j in nl.affine_range(g):
+        stats = (tg[:, j : j + 1], out_loss[:, j : j + 1], out_lse[:, j : j + 1])
+        _fwd_rows(z, idx, stats[0], stats[1], stats[2], r0 + j, g, PMAX, cap)
+    nisa.dma_copy(dst=loss[r0 : r0 + n_rows, :], src=out_loss[:, 0:g])
+    nisa.dma_copy(dst=lse[r0 : r0 + n_rows, :], src=out_lse[:, 0:g])
+
+
+def _fwd_tail(z, targets, loss, lse, idx, r0, rows, cap):
+    """The last N % 128 rows: one tile, rows on consecutive partitions."""
+    tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0 : r0 + rows, :])
+    out = nl.ndarray((PMAX, 2), dtype=nl.float32, buffer=nl.sbuf)
+    _fwd_rows(z, idx, tg[0:rows, :], out[0:rows, 0:1], out[0:rows, 1:2], r0, 1, rows, cap)
+    nisa.dma_copy(dst=loss[r0 : r0 + rows, :], src=out[0:rows, 0:1])
+    nisa.dma_copy(dst=lse[r0 : r0 + rows, :], src=out[0:rows, 1:2])
 
 
 @nki.jit
@@ -203,68 +235,92 @@ def cross_entropy_fwd(z, targets, cap):
     n = z.shape[0]
     loss = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     lse = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    idx = _column_index()
     first, count = _share(n // PMAX)
-    for j in nl.affine_range(count):
-        _fwd_rows(z, targets, loss, lse, (first + j) * PMAX, PMAX, cap)
+    for g in nl.static_range(0, count, GROUP):
+        _fwd_group(z, targets, loss, lse, idx, first + g, min(GROUP, count - g), cap)
     if n % PMAX and _last_program():
-        _fwd_rows(z, targets, loss, lse, n - n % PMAX, n % PMAX, cap)
+        _fwd_tail(z, targets, loss, lse, idx, n - n % PMAX, n % PMAX, cap)
     return loss, lse
 
 
-def _bwd_tile(z, targets, lse, dloss, dz, r0, rows, cap):
+def _bwd_tile(z, idx, tg, neg_lse, g, dz, r0, step, rows, cap):
+    """dz for one tile; tg, neg_lse (-lse) and g (dloss * valid) are [rows, 1] views."""
     v = z.shape[1]
-    tg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tg[0:rows, :], src=targets[r0 : r0 + rows, :])
-    neg_lse = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=neg_lse[0:rows, :], src=lse[r0 : r0 + rows, :])
-    nisa.tensor_scalar(
-        dst=neg_lse[0:rows, :], data=neg_lse[0:rows, :], op0=nl.multiply, operand0=-1.0
-    )
-    g = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=g[0:rows, :], src=dloss[r0 : r0 + rows, :])
-    valid = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=valid[0:rows, :], data=tg[0:rows, :], op0=nl.greater_equal, operand0=0.0)
-    nisa.tensor_tensor(dst=g[0:rows, :], data1=g[0:rows, :], data2=valid[0:rows, :], op=nl.multiply)
     for c0 in nl.static_range(0, v, VCHUNK):
         cols = min(VCHUNK, v - c0)
-        s = _softcapped(z, r0, rows, c0, cols, cap)
+        zt = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=zt[0:rows, 0:cols], src=_rows(z, r0, step, rows, c0, cols))
         p = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(
-            dst=p[0:rows, 0:cols], op=nl.exp, data=s[0:rows, 0:cols], bias=neg_lse[0:rows, :]
-        )
-        hot = _onehot(tg, rows, c0, cols)
+        out = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
+        if cap > 0:
+            # t = tanh(z / cap); softmax(s) = exp(cap * t - lse): the cap rides on the scale
+            t = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(
+                dst=t[0:rows, 0:cols], op=nl.tanh, data=zt[0:rows, 0:cols], scale=1.0 / cap
+            )
+            nisa.activation(
+                dst=p[0:rows, 0:cols], op=nl.exp, data=t[0:rows, 0:cols], scale=cap, bias=neg_lse
+            )
+        else:
+            nisa.activation(dst=p[0:rows, 0:cols], op=nl.exp, data=zt[0:rows, 0:cols], bias=neg_lse)
+        hot = _onehot(idx, tg, rows, c0, cols)
         nisa.tensor_tensor(
             dst=p[0:rows, 0:cols],
             data1=p[0:rows, 0:cols],
             data2=hot[0:rows, 0:cols],
             op=nl.subtract,
         )
-        nisa.tensor_scalar(
-            dst=p[0:rows, 0:cols], data=p[0:rows, 0:cols], op0=nl.multiply, operand0=g[0:rows, :]
-        )
         if cap > 0:
-            # d(cap tanh(z/cap))/dz = 1 - tanh^2 = 1 - (s/cap)^2
-            t2 = nl.ndarray((PMAX, VCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(
-                dst=t2[0:rows, 0:cols], op=nl.square, data=s[0:rows, 0:cols], scale=1.0 / cap
-            )
+            # d(cap tanh(z/cap))/dz = 1 - t^2; the last multiply writes z's dtype directly
+            nisa.activation(dst=t[0:rows, 0:cols], op=nl.square, data=t[0:rows, 0:cols])
             nisa.tensor_scalar(
-                dst=t2[0:rows, 0:cols],
-                data=t2[0:rows, 0:cols],
+                dst=t[0:rows, 0:cols],
+                data=t[0:rows, 0:cols],
                 op0=nl.multiply,
                 operand0=-1.0,
                 op1=nl.add,
                 operand1=1.0,
             )
+            nisa.tensor_scalar(
+                dst=p[0:rows, 0:cols], data=p[0:rows, 0:cols], op0=nl.multiply, operand0=g
+            )
             nisa.tensor_tensor(
-                dst=p[0:rows, 0:cols],
+                dst=out[0:rows, 0:cols],
                 data1=p[0:rows, 0:cols],
-                data2=t2[0:rows, 0:cols],
+                data2=t[0:rows, 0:cols],
                 op=nl.multiply,
             )
-        out = nl.ndarray((PMAX, VCHUNK), dtype=z.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=out[0:rows, 0:cols], src=p[0:rows, 0:cols])
-        nisa.dma_copy(dst=dz[r0 : r0 + rows, c0 : c0 + cols], src=out[0:rows, 0:cols])
+        else:
+            nisa.tensor_scalar(
+                dst=out[0:rows, 0:cols], data=p[0:rows, 0:cols], op0=nl.multiply, operand0=g
+            )
+        nisa.dma_copy(dst=_rows(dz, r0, step, rows, c0, cols), src=out[0:rows, 0:cols])
+
+
+def _bwd_stats(targets, lse, dloss, r0, n_rows, width, cols):
+    """(targets, -lse, dloss * valid) of rows r0 .. r0 + n_rows as [128 or fewer, cols] tiles."""
+    parts = n_rows // cols
+    tg = nl.ndarray((PMAX, width), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tg[0:parts, 0:cols], src=targets[r0 : r0 + n_rows, :])
+    neg_lse = nl.ndarray((PMAX, width), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=neg_lse[0:parts, 0:cols], src=lse[r0 : r0 + n_rows, :])
+    nisa.tensor_scalar(
+        dst=neg_lse[0:parts, 0:cols], data=neg_lse[0:parts, 0:cols], op0=nl.multiply, operand0=-1.0
+    )
+    g = nl.ndarray((PMAX, width), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=g[0:parts, 0:cols], src=dloss[r0 : r0 + n_rows, :])
+    valid = nl.ndarray((PMAX, width), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(
+        dst=valid[0:parts, 0:cols], data=tg[0:parts, 0:cols], op0=nl.greater_equal, operand0=0.0
+    )
+    nisa.tensor_tensor(
+        dst=g[0:parts, 0:cols],
+        data1=g[0:parts, 0:cols],
+        data2=valid[0:parts, 0:cols],
+        op=nl.multiply,
+    )
+    return tg, neg_lse, g
 
 
 @nki.jit
@@ -272,9 +328,30 @@ def cross_entropy_bwd(z, targets, lse, dloss, cap):
     """dz [N, V] (z's dtype) for the per-row losses, given dloss [N, 1] float32."""
     n, v = z.shape
     dz = nl.ndarray((n, v), dtype=z.dtype, buffer=nl.shared_hbm)
+    idx = _column_index()
     first, count = _share(n // PMAX)
-    for j in nl.affine_range(count):
-        _bwd_tile(z, targets, lse, dloss, dz, (first + j) * PMAX, PMAX, cap)
+    for g0 in nl.static_range(0, count, GROUP):
+        g = min(GROUP, count - g0)
+        r0 = (first + g0) * PMAX
+        tg, neg_lse, gl = _bwd_stats(targets, lse, dloss, r0, g * PMAX, GROUP, g)
+        for j in nl.affine_range(g):
+            _bwd_tile(
+                z,
+                idx,
+                tg[:, j : j + 1],
+                neg_lse[:, j : j + 1],
+                gl[:, j : j + 1],
+                dz,
+                r0 + j,
+                g,
+                PMAX,
+                cap,
+            )
     if n % PMAX and _last_program():
-        _bwd_tile(z, targets, lse, dloss, dz, n - n % PMAX, n % PMAX, cap)
+        rows = n % PMAX
+        r0 = n - rows
+        tg, neg_lse, gl = _bwd_stats(targets, lse, dloss, r0, rows, 1, 1)
+        _bwd_tile(
+            z, idx, tg[0:rows, :], neg_lse[0:rows, :], gl[0:rows, :], dz, r0, 1, rows, cap
+        )
     return dz

@@ -171,6 +171,12 @@ class Tensor:
     def full(self) -> View:
         return View(self, tuple(slice(0, s) for s in self.shape))
 
+    def expand_dim(self, dim: int) -> View:
+        return self.full().expand_dim(dim)
+
+    def broadcast(self, dim: int, size: int) -> View:
+        return self.full().broadcast(dim, size)
+
     def __repr__(self) -> str:
         return f"Tensor({self.name or '?'}, {self.shape}, {self.dtype}, {self.buffer})"
 
@@ -300,8 +306,69 @@ class View:
         self.tensor.written[self.index] = True
         self.tensor.by_matmul[self.index] = by_matmul
 
+    def expand_dim(self, dim: int) -> View:
+        """A size-1 dimension inserted at ``dim`` (NkiTensor.expand_dim); not before the
+        partition dimension of an on-chip tensor."""
+        return DerivedView.of(self).expand_dim(dim)
+
+    def broadcast(self, dim: int, size: int) -> View:
+        """Size-1 dimension ``dim`` repeated ``size`` times without a copy
+        (NkiTensor.broadcast, a stride-0 view); read-only here."""
+        return DerivedView.of(self).broadcast(dim, size)
+
     def __repr__(self) -> str:
         return f"View({self.tensor!r}, shape={self.shape})"
+
+
+class DerivedView(View):
+    """A view reshaped by expand_dim / broadcast: reads the base window and broadcasts
+    it; writes go through only while nothing is broadcast."""
+
+    base: View
+    source_shape: tuple[int, ...]  # ``shape`` with 1 wherever a dimension is broadcast
+
+    @classmethod
+    def of(cls, view: View) -> DerivedView:
+        if isinstance(view, DerivedView):
+            return view
+        derived = cls.__new__(cls)
+        derived.tensor, derived.index, derived.base = view.tensor, view.index, view
+        derived.shape = derived.source_shape = view.shape
+        return derived
+
+    def _with(self, shape: tuple[int, ...], source: tuple[int, ...]) -> DerivedView:
+        derived = DerivedView.of(self.base)
+        derived.shape, derived.source_shape = shape, source
+        return derived
+
+    def expand_dim(self, dim: int) -> View:
+        if not 0 <= dim <= len(self.shape) or (dim == 0 and self.tensor.keeps_partition_dim):
+            raise NkiInterpreterError(
+                f"expand_dim({dim}) on {self.shape}: not before the partition dimension"
+            )
+        return self._with(
+            self.shape[:dim] + (1,) + self.shape[dim:],
+            self.source_shape[:dim] + (1,) + self.source_shape[dim:],
+        )
+
+    def broadcast(self, dim: int, size: int) -> View:
+        if not 0 <= dim < len(self.shape) or self.shape[dim] != 1:
+            raise NkiInterpreterError(f"broadcast({dim}, {size}) on {self.shape}: needs size 1")
+        if dim == 0 and self.tensor.keeps_partition_dim:
+            raise NkiInterpreterError("broadcast: not along the partition dimension")
+        return self._with(self.shape[:dim] + (int(size),) + self.shape[dim + 1 :], self.source_shape)
+
+    def __getitem__(self, index: Any) -> View:
+        raise NkiInterpreterError("indexing an expand_dim/broadcast view is not modelled")
+
+    def read(self, what: str = "") -> np.ndarray:
+        values = self.base.read(what).reshape(self.source_shape)
+        return np.broadcast_to(values, self.shape).copy()
+
+    def write(self, values: np.ndarray, what: str = "", by_matmul: bool = False) -> None:
+        if self.source_shape != self.shape:
+            raise NkiInterpreterError(f"{what or 'write'}: a broadcast view is read-only")
+        self.base.write(np.asarray(values).reshape(self.base.shape), what, by_matmul)
 
 
 def as_view(obj: Any, what: str) -> View:

@@ -300,3 +300,33 @@ def test_version_choice_order(monkeypatch: pytest.MonkeyPatch) -> None:
     assert versions.resolve("0.7.1").name == "0.7"
     with pytest.raises(NkiInterpreterError, match="'0.5' is not modelled"):
         versions.resolve("0.5")
+
+
+# ---------------------------------------------------------------- tensor views
+
+
+@pytest.mark.parametrize("version", BOTH)
+def test_expand_dim_and_broadcast_views(tmp_path: Path, version: str) -> None:
+    body = """
+def kern(x, v):
+    t = nl.ndarray((2, 3, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    w = nl.ndarray((2, 4), dtype=v.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w, src=v)
+    o = nl.ndarray((2, 3, 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=o, data1=t, data2=w.expand_dim(1).broadcast(1, 3), op=nl.multiply)
+    {extra}
+    res = nl.ndarray((2, 3, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res, src=o)
+    return res
+"""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    v = np.array([[1, 2, 3, 4], [-1, -2, -3, -4]], dtype=np.float32)
+    got = _kern(tmp_path, body.format(extra=""), version)(x, v)
+    np.testing.assert_array_equal(got, x * v[:, None, :])
+    bad = body.format(extra="nisa.tensor_copy(dst=w.expand_dim(1).broadcast(1, 3), src=o)")
+    with pytest.raises(NkiInterpreterError, match="broadcast view is read-only"):
+        _kern(tmp_path, bad, version, "bad")(x, v)
+    along_partitions = body.format(extra="w.expand_dim(0)")
+    with pytest.raises(NkiInterpreterError, match="not before the partition dimension"):
+        _kern(tmp_path, along_partitions, version, "p")(x, v)

@@ -177,7 +177,10 @@ def test_rope_qknorm_kernel_vs_reference(
         _torch(x, dtype), torch.tensor(cos), torch.tensor(sin), 1e-6, normalize
     )
     np.testing.assert_allclose(y.transpose(0, 2, 1, 3), _np(y_ref), **TOL[dtype])
-    np.testing.assert_allclose(rstd, _np(rstd_ref), rtol=1e-5, atol=1e-6)
+    # the kernel's rstd is [B, T, H] (one store per tile), the reference's [B, H, T, 1]
+    np.testing.assert_allclose(
+        rstd, _np(rstd_ref)[..., 0].transpose(0, 2, 1), rtol=1e-5, atol=1e-6
+    )
     dx = k.rope_qknorm_bwd(_host(x_t, dtype), _host(dy_t, dtype), cos, sin, rstd, normalize)
     dx = dx.transpose(0, 2, 1, 3)
     dx_ref = references.rope_qknorm_backward(
@@ -227,7 +230,7 @@ def test_cross_entropy_reference_vs_float64_and_model() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("cap", [15.0, 0.0])
-@pytest.mark.parametrize("shape", [(5, 100), (130, 1100)])
+@pytest.mark.parametrize("shape", [(5, 100), (300, 2100)])
 def test_cross_entropy_kernel_vs_reference(
     kernel, dtype: str, cap: float, shape: tuple[int, int]
 ) -> None:
@@ -265,7 +268,7 @@ def test_softcapped_forward_is_one_pass_without_a_running_max(
 
         monkeypatch.setattr(isa, name, spy)
     rng = np.random.default_rng(4)
-    z, t = rand(rng, 20, 1100), rng.integers(0, 1100, (20, 1)).astype(np.float32)
+    z, t = rand(rng, 20, 4200), rng.integers(0, 4200, (20, 1)).astype(np.float32)
     for cap, running_max in ((15.0, False), (0.0, True)):
         calls.clear()
         interpreted("cross_entropy").cross_entropy_fwd(z, t, cap)

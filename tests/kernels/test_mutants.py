@@ -173,3 +173,52 @@ def test_backward_causal_off_by_one_is_caught() -> None:
             np.allclose(g, w.numpy(), rtol=1e-4, atol=1e-4) for g, w in zip(got, want, strict=True)
         )
         assert close is matches
+
+
+CE_GROUP_ROWS_CONSECUTIVE = [
+    (
+        "_fwd_rows(z, idx, stats[0], stats[1], stats[2], r0 + j, g, PMAX, cap)",
+        "_fwd_rows(z, idx, stats[0], stats[1], stats[2], r0 + j * PMAX, 1, PMAX, cap)",
+    )
+]
+
+
+def test_cross_entropy_group_rows_must_match_the_stats_layout() -> None:
+    """Tile j of a row group reads rows r + p * g + j so the [128, g] stats tile is in the
+    rows' flat order; reading consecutive rows instead stores every loss in a wrong row."""
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((512, 300)).astype(np.float32)
+    t = rng.integers(0, 300, (512, 1)).astype(np.float32)
+    want, _ = references.cross_entropy(torch.from_numpy(z), torch.from_numpy(t[:, 0]).long(), 15.0)
+    good, _ = load_kernel_module("cross_entropy").cross_entropy_fwd(z, t, 15.0)
+    np.testing.assert_allclose(good[:, 0], want.numpy(), rtol=1e-5, atol=2e-5)
+    bad, _ = load_kernel_module("cross_entropy", CE_GROUP_ROWS_CONSECUTIVE).cross_entropy_fwd(
+        z, t, 15.0
+    )
+    assert not np.allclose(bad[:, 0], want.numpy(), rtol=1e-3, atol=1e-3)
+
+
+ROPE_SWAPPED_ANGLES = [
+    (
+        "    c = cs[0:rows, :].expand_dim(1).broadcast(1, heads)",
+        "    c = sn[0:rows, :].expand_dim(1).broadcast(1, heads)",
+    )
+]
+
+
+def test_rope_all_heads_rotation_with_the_wrong_angle_is_caught() -> None:
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 130, 3, 16)).astype(np.float32)  # [B, T, H, D]
+    ang = rng.uniform(0, 3, (130, 8))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    want, _ = references.rope_qknorm(
+        torch.from_numpy(x.transpose(0, 2, 1, 3).copy()),
+        torch.from_numpy(cos),
+        torch.from_numpy(sin),
+        1e-6,
+        True,
+    )
+    want_t = want.numpy().transpose(0, 2, 1, 3)
+    for patches, matches in (((), True), (ROPE_SWAPPED_ANGLES, False)):
+        y, _ = load_kernel_module("rope_qknorm", patches).rope_qknorm_fwd(x, cos, sin, 1e-6, True)
+        assert np.allclose(y, want_t, rtol=1e-4, atol=1e-5) is matches

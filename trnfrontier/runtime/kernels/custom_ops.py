@@ -188,8 +188,8 @@ def rope_qknorm_op(
         out = backend.run(
             "rope_qknorm", "rope_qknorm", "rope_qknorm_fwd", _positions_major(x), c, s, eps, normalize
         )
-        if out is not None:
-            return _like(out[0], x), out[1]
+        if out is not None:  # the kernel's rstd is [B, T, H]: one small store per tile
+            return _like(out[0], x), out[1].permute(0, 2, 1).unsqueeze(-1).contiguous()
     return references.rope_qknorm(x, cos[:t], sin[:t], eps, normalize)
 
 
@@ -208,7 +208,7 @@ def rope_qknorm_backward_op(
             _positions_major(dy.to(x.dtype)),
             c,
             s,
-            rstd.float().contiguous(),
+            rstd.float().squeeze(-1).transpose(1, 2).contiguous(),  # [B, T, H]
             normalize,
         )
         if dx is not None:
