@@ -11,13 +11,14 @@ its last row's diagonal (chunks above it are skipped; only the chunk that reache
 diagonal is masked), keeping a running row max m, running sum l and an unnormalised
 accumulator in SBUF:
 
-    S = scale * Q K^T                  (Q^T [D, 128] stationary, K^T [D, 512] moving)
-    m' = max(m, rowmax S);  P = exp(S - m');  l = l e^(m - m') + rowsum P
+    S = Q K^T                          (Q^T [D, 128] stationary, K^T [D, 512] moving)
+    m' = max(m, rowmax S);  P = exp(scale S - scale m');  l = l e^(scale (m - m')) + rowsum P
     acc = acc e^(m - m') + P V         (P transposed 128 keys at a time; the four P V
                                         products accumulate in one PSUM tile)
 
-and finally o = acc / l, lse = m + log l (float32, [B, H, T, 1]) for the backward
-kernel (attention_bwd.py).
+and finally o = acc / l, lse = scale m + log l (float32, [B, H, T, 1]) for the backward
+kernel (attention_bwd.py). The scale is folded into the exp (its free input scale), so
+scores below the diagonal are read straight from PSUM, never copied or rescaled.
 """
 
 import nki
@@ -60,15 +61,23 @@ def _load_kv(k, v, b, kvh, kr, kT, vr):
         nisa.tensor_copy(dst=kT[:, r0 : r0 + rows], src=t_ps[:, 0:rows])
 
 
-def _key_chunk(qT, kT, vr, m, l_sum, acc, q0, rq, k0, kc, scale):
-    """Fold keys k0 .. k0 + kc into the running (m, l_sum, acc) of one query tile."""
+def _key_chunk(qT, kT, vr, state, q0, rq, k0, kc, scale):
+    """Fold keys k0 .. k0 + kc into the running (m, l_sum, acc) of one query tile.
+
+    m is kept in raw (unscaled) score units, so the scale rides on the exp's free input
+    scale: P = exp(scale * S - scale * m). A chunk below the diagonal is read straight
+    from PSUM; the one that reaches it is copied to SBUF for the mask (affine_select
+    reads SBUF only). state = (m, l_sum, acc, neg): neg ends as -scale * m, which the
+    lse reuses."""
+    m, l_sum, acc, neg = state
     d = vr.shape[2]
     s_ps = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.psum)
     nisa.nc_matmul(dst=s_ps[0:rq, 0:kc], stationary=qT[:, 0:rq], moving=kT[:, k0 : k0 + kc])
-    s = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=s[0:rq, 0:kc], op=nl.copy, data=s_ps[0:rq, 0:kc], scale=scale)
+    scores = s_ps
     if k0 + kc > q0:
         # the chunk reaches the diagonal: keep key x of query row p where (q0 + p) - (k0 + x) >= 0
+        s = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=s[0:rq, 0:kc], op=nl.copy, data=s_ps[0:rq, 0:kc])
         nisa.affine_select(
             dst=s[0:rq, 0:kc],
             pattern=[[-1, kc]],
@@ -78,24 +87,29 @@ def _key_chunk(qT, kT, vr, m, l_sum, acc, q0, rq, k0, kc, scale):
             cmp_op=nl.greater_equal,
             offset=q0 - k0,
         )
+        scores = s
     cmax = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=cmax[0:rq, :], op=nl.maximum, data=s[0:rq, 0:kc], axis=1, keepdims=True)
+    nisa.tensor_reduce(
+        dst=cmax[0:rq, :], op=nl.maximum, data=scores[0:rq, 0:kc], axis=1, keepdims=True
+    )
     m_new = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_tensor(dst=m_new[0:rq, :], data1=m[0:rq, :], data2=cmax[0:rq, :], op=nl.maximum)
-    neg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=neg[0:rq, :], data=m_new[0:rq, :], op0=nl.multiply, operand0=-1.0)
+    nisa.tensor_scalar(dst=neg[0:rq, :], data=m_new[0:rq, :], op0=nl.multiply, operand0=-scale)
     p = nl.ndarray((PMAX, KCHUNK), dtype=vr.dtype, buffer=nl.sbuf)
     psum_row = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation_reduce(
         dst=p[0:rq, 0:kc],
         op=nl.exp,
-        data=s[0:rq, 0:kc],
+        data=scores[0:rq, 0:kc],
+        scale=scale,
         bias=neg[0:rq, :],
         reduce_op=nl.add,
         reduce_res=psum_row[0:rq, :],
     )
     alpha = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=alpha[0:rq, :], op=nl.exp, data=m[0:rq, :], bias=neg[0:rq, :])
+    nisa.activation(
+        dst=alpha[0:rq, :], op=nl.exp, data=m[0:rq, :], scale=scale, bias=neg[0:rq, :]
+    )
     nisa.tensor_tensor(
         dst=l_sum[0:rq, :], data1=l_sum[0:rq, :], data2=alpha[0:rq, :], op=nl.multiply
     )
@@ -107,7 +121,10 @@ def _key_chunk(qT, kT, vr, m, l_sum, acc, q0, rq, k0, kc, scale):
         pT_ps = nl.ndarray((PMAX, PMAX), dtype=vr.dtype, buffer=nl.psum)
         nisa.nc_transpose(dst=pT_ps[0:kk, 0:rq], data=p[0:rq, c : c + kk])
         pT = nl.ndarray((PMAX, PMAX), dtype=vr.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=pT[0:kk, 0:rq], src=pT_ps[0:kk, 0:rq])
+        if (c // PMAX) % 2:  # evictions alternate between the Scalar and Vector engines
+            nisa.activation(dst=pT[0:kk, 0:rq], op=nl.copy, data=pT_ps[0:kk, 0:rq])
+        else:
+            nisa.tensor_copy(dst=pT[0:kk, 0:rq], src=pT_ps[0:kk, 0:rq])
         nisa.nc_matmul(
             dst=pv_ps[0:rq, :], stationary=pT[0:kk, 0:rq], moving=vr[0:kk, (k0 + c) // PMAX, :]
         )
@@ -123,21 +140,24 @@ def _query_tile(q, o, lse, b, h, q0, rq, kT, vr, scale):
     m = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     l_sum = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     acc = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
+    neg = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=m[0:rq, :], value=NEG_BIG)
     nisa.memset(dst=l_sum[0:rq, :], value=0.0)
     nisa.memset(dst=acc[0:rq, :], value=0.0)
     # keys up to the tile's last row; every row has an unmasked key in every chunk, since
     # chunks start at multiples of 512 <= q0
     for k0 in nl.static_range(0, q0 + rq, KCHUNK):
-        _key_chunk(qT, kT, vr, m, l_sum, acc, q0, rq, k0, min(KCHUNK, q0 + rq - k0), scale)
+        kc = min(KCHUNK, q0 + rq - k0)
+        _key_chunk(qT, kT, vr, (m, l_sum, acc, neg), q0, rq, k0, kc, scale)
     inv = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.reciprocal(dst=inv[0:rq, :], data=l_sum[0:rq, :])
     ot = nl.ndarray((PMAX, d), dtype=q.dtype, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=ot[0:rq, :], data=acc[0:rq, :], op0=nl.multiply, operand0=inv[0:rq, :])
     nisa.dma_copy(dst=o[b, h, q0 : q0 + rq, :], src=ot[0:rq, :])
+    # lse of the scaled scores: scale * m + log l = log l - neg
     lt = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=lt[0:rq, :], op=nl.log, data=l_sum[0:rq, :])
-    nisa.tensor_tensor(dst=lt[0:rq, :], data1=lt[0:rq, :], data2=m[0:rq, :], op=nl.add)
+    nisa.tensor_tensor(dst=lt[0:rq, :], data1=lt[0:rq, :], data2=neg[0:rq, :], op=nl.subtract)
     nisa.dma_copy(dst=lse[b, h, q0 : q0 + rq, :], src=lt[0:rq, :])
 
 

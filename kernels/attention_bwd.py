@@ -2,19 +2,26 @@
 
 Given q [B, H, T, D], k/v [B, Hkv, T, D], the forward's o [B, H, T, D] and lse
 [B, H, T, 1] (float32, of the scaled scores) and do = dL/do, computes dq, dk, dv without
-storing the attention matrix: each (query tile i, key tile j <= i) block is recomputed
+storing the attention matrix. Each query tile i (128 rows) walks its keys up to the
+diagonal in blocks of 512 (one PSUM bank of float32 scores, one matmul each for S and
+dP), recomputing
 
-    P  = exp(scale * Q_i K_j^T - lse_i)          (masked above the diagonal)
-    dV_j += P^T dO_i                             (P as stored: queries on partitions)
-    dP = dO_i V_j^T
+    P  = exp(scale * Q_i K^T - lse_i)            (masked above the diagonal)
+    dP = dO_i V^T
     dS = scale * P * (dP - D_i),  D_i = rowsum(dO_i * O_i)
-    dK_j += dS^T Q_i                             (dS as stored)
+
+and then, per 128-key sub-tile j of the block,
+
+    dV_j += P^T dO_i,  dK_j += dS^T Q_i          (P, dS as stored: queries on partitions)
     dQ_i += dS K_j                               (dS transposed on the Tensor Engine)
+
+dQ_i accumulates in one PSUM tile across every sub-tile of every block and is stored
+once per query tile; dK and dV accumulate in float32 SBUF.
 
 Work items are (batch row, KV head): the group's query heads all feed the same dK/dV,
 so one item owns them and they are written once; the LNC grid's programs split the
 items. Per item K^T, V^T and K rows stay in SBUF, per query head Q^T, dO^T, Q and dO
-rows; dQ, dK, dV accumulate in float32 SBUF and are cast on the way out.
+rows.
 """
 
 import nki
@@ -22,6 +29,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 PMAX = 128
+KCHUNK = 512  # keys per block: one 2 KiB PSUM bank of float32 scores per partition
 
 
 def _share(n_items):
@@ -72,71 +80,82 @@ def _add_psum(acc, ps, rows, d):
     nisa.tensor_tensor(dst=acc[0:rows, :], data1=acc[0:rows, :], data2=ps[0:rows, 0:d], op=nl.add)
 
 
-def _block(kv, head, i, j, scale):
-    """One (query tile i, key tile j <= i) block of one query head (see the module doc).
+def _chunk(kv, head, i, k0, kc, dq_ps, scale):
+    """Query tile i against keys k0 .. k0 + kc (<= 512, one PSUM bank of scores).
 
     kv = (K rows, K^T, V^T, dK, dV, T) of the KV head; head = (Q rows, Q^T, dO rows,
-    dO^T, -lse, D, dQ) of the query head."""
+    dO^T, -lse, D) of the query head. dQ_i accumulates in ``dq_ps`` (PSUM) over every
+    128-key sub-tile of every chunk; dK_j and dV_j are added into SBUF per sub-tile."""
     kr, kT, vT, dk, dv, t = kv
-    qr, qT, dor, doT, neg_lse, di, dq = head
+    qr, qT, dor, doT, neg_lse, di = head
     d, dt = qr.shape[2], qr.dtype
-    q0, k0 = i * PMAX, j * PMAX
-    rq, rk = min(PMAX, t - q0), min(PMAX, t - k0)
-    s_ps = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=s_ps[0:rq, 0:rk], stationary=qT[:, q0 : q0 + rq], moving=kT[:, k0 : k0 + rk])
-    p = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.sbuf)
+    q0 = i * PMAX
+    rq = min(PMAX, t - q0)
+    s_ps = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=s_ps[0:rq, 0:kc], stationary=qT[:, q0 : q0 + rq], moving=kT[:, k0 : k0 + kc])
+    p = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(
-        dst=p[0:rq, 0:rk],
+        dst=p[0:rq, 0:kc],
         op=nl.exp,
-        data=s_ps[0:rq, 0:rk],
+        data=s_ps[0:rq, 0:kc],
         scale=scale,
         bias=neg_lse[0:rq, i : i + 1],
     )
-    if i == j:  # keep key x of query row r where (q0 + r) - (k0 + x) >= 0
+    if k0 + kc > q0:  # keep key x of query row r where (q0 + r) - (k0 + x) >= 0
         nisa.affine_select(
-            dst=p[0:rq, 0:rk],
-            pattern=[[-1, rk]],
+            dst=p[0:rq, 0:kc],
+            pattern=[[-1, kc]],
             channel_multiplier=1,
-            on_true_tile=p[0:rq, 0:rk],
+            on_true_tile=p[0:rq, 0:kc],
             on_false_value=0.0,
             cmp_op=nl.greater_equal,
             offset=q0 - k0,
         )
-    p_lo = nl.ndarray((PMAX, PMAX), dtype=dt, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=p_lo[0:rq, 0:rk], src=p[0:rq, 0:rk])
-    dv_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=dv_ps[0:rk, :], stationary=p_lo[0:rq, 0:rk], moving=dor[0:rq, i, :])
-    _add_psum(dv[:, j, :], dv_ps, rk, d)
-    dp_ps = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.psum)
+    p_lo = nl.ndarray((PMAX, KCHUNK), dtype=dt, buffer=nl.sbuf)  # on the idler Scalar Engine
+    nisa.activation(dst=p_lo[0:rq, 0:kc], op=nl.copy, data=p[0:rq, 0:kc])
+    dp_ps = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.psum)
     nisa.nc_matmul(
-        dst=dp_ps[0:rq, 0:rk],
-        stationary=doT[:, q0 : q0 + rq],
-        moving=vT[:, k0 : k0 + rk],
+        dst=dp_ps[0:rq, 0:kc], stationary=doT[:, q0 : q0 + rq], moving=vT[:, k0 : k0 + kc]
     )
-    ds = nl.ndarray((PMAX, PMAX), dtype=nl.float32, buffer=nl.sbuf)
+    ds = nl.ndarray((PMAX, KCHUNK), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(
-        dst=ds[0:rq, 0:rk],
-        data=dp_ps[0:rq, 0:rk],
+        dst=ds[0:rq, 0:kc],
+        data=dp_ps[0:rq, 0:kc],
         op0=nl.subtract,
         operand0=di[0:rq, i : i + 1],
         op1=nl.multiply,
         operand1=scale,
     )
-    nisa.tensor_tensor(
-        dst=ds[0:rq, 0:rk], data1=ds[0:rq, 0:rk], data2=p[0:rq, 0:rk], op=nl.multiply
-    )
-    ds_lo = nl.ndarray((PMAX, PMAX), dtype=dt, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=ds_lo[0:rq, 0:rk], src=ds[0:rq, 0:rk])
-    dk_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=dk_ps[0:rk, :], stationary=ds_lo[0:rq, 0:rk], moving=qr[0:rq, i, :])
-    _add_psum(dk[:, j, :], dk_ps, rk, d)
-    dsT_ps = nl.ndarray((PMAX, PMAX), dtype=dt, buffer=nl.psum)
-    nisa.nc_transpose(dst=dsT_ps[0:rk, 0:rq], data=ds_lo[0:rq, 0:rk])
-    dsT = nl.ndarray((PMAX, PMAX), dtype=dt, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=dsT[0:rk, 0:rq], src=dsT_ps[0:rk, 0:rq])
+    ds_lo = nl.ndarray((PMAX, KCHUNK), dtype=dt, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=ds_lo[0:rq, 0:kc], data1=ds[0:rq, 0:kc], data2=p[0:rq, 0:kc], op=nl.multiply)
+    for c in nl.static_range(0, kc, PMAX):
+        kk = min(PMAX, kc - c)
+        j = (k0 + c) // PMAX
+        dv_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=dv_ps[0:kk, :], stationary=p_lo[0:rq, c : c + kk], moving=dor[0:rq, i, :])
+        _add_psum(dv[:, j, :], dv_ps, kk, d)
+        dk_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=dk_ps[0:kk, :], stationary=ds_lo[0:rq, c : c + kk], moving=qr[0:rq, i, :])
+        _add_psum(dk[:, j, :], dk_ps, kk, d)
+        dsT_ps = nl.ndarray((PMAX, PMAX), dtype=dt, buffer=nl.psum)
+        nisa.nc_transpose(dst=dsT_ps[0:kk, 0:rq], data=ds_lo[0:rq, c : c + kk])
+        dsT = nl.ndarray((PMAX, PMAX), dtype=dt, buffer=nl.sbuf)
+        nisa.activation(dst=dsT[0:kk, 0:rq], op=nl.copy, data=dsT_ps[0:kk, 0:rq])
+        nisa.nc_matmul(dst=dq_ps[0:rq, :], stationary=dsT[0:kk, 0:rq], moving=kr[0:kk, j, :])
+
+
+def _query_tile(kv, head, i, dq, b, h, scale):
+    """dQ of query tile i: every key chunk up to its diagonal, accumulated in one PSUM
+    tile, then cast and stored."""
+    t, d = kv[5], head[0].shape[2]
+    q0 = i * PMAX
+    rq = min(PMAX, t - q0)
     dq_ps = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=dq_ps[0:rq, :], stationary=dsT[0:rk, 0:rq], moving=kr[0:rk, j, :])
-    _add_psum(dq[:, i, :], dq_ps, rq, d)
+    for k0 in nl.static_range(0, q0 + rq, KCHUNK):
+        _chunk(kv, head, i, k0, min(KCHUNK, q0 + rq - k0), dq_ps, scale)
+    out = nl.ndarray((PMAX, d), dtype=dq.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out[0:rq, :], src=dq_ps[0:rq, :])
+    nisa.dma_copy(dst=dq[b, h, q0 : q0 + rq, :], src=out[0:rq, :])
 
 
 def _store(acc, dst, b, h, t, dtype):
@@ -177,13 +196,9 @@ def _kv_head(q, k, v, o, do, lse, dq, dk, dv, b, kvh, scale):
         neg_lse = nl.ndarray((PMAX, nt), dtype=nl.float32, buffer=nl.sbuf)
         di = nl.ndarray((PMAX, nt), dtype=nl.float32, buffer=nl.sbuf)
         _row_stats(q, o, do, lse, b, h, dor, neg_lse, di)
-        dq_acc = nl.ndarray((PMAX, nt, d), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.memset(dst=dq_acc, value=0.0)
-        head = (qr, qT, dor, doT, neg_lse, di, dq_acc)
-        for j in nl.static_range(nt):
-            for i in nl.static_range(j, nt):
-                _block(kv, head, i, j, scale)
-        _store(dq_acc, dq, b, h, t, dq.dtype)
+        head = (qr, qT, dor, doT, neg_lse, di)
+        for i in nl.static_range(nt):
+            _query_tile(kv, head, i, dq, b, h, scale)
     _store(dk_acc, dk, b, kvh, t, dk.dtype)
     _store(dv_acc, dv, b, kvh, t, dv.dtype)
 

@@ -25,7 +25,7 @@ BOUNDS = {
     "cross_entropy fwd": (72, 16, 19.0),
     "cross_entropy bwd": (47, 16, 23.1),
     "attention fwd": (292, 4, 31.8),
-    "attention bwd": (498, 4, 57.2),
+    "attention bwd": (384, 4, 57.2),
     "polar_express": (505, 2048, 39.8),
 }
 

@@ -431,3 +431,10 @@ def test_polar_express_sbuf_formula_matches_runtime(interpreted) -> None:
         assert k.sbuf_bytes(m, n, item) == backend.polar_express_sbuf_bytes(m, n, item)
     assert backend.supports_polar_express((640, 2560), torch.bfloat16, 2) is None
     assert "SBUF" in backend.supports_polar_express((640, 2560), torch.float32, 4)
+
+
+def test_runtime_sbuf_figure_is_the_interpreters_target() -> None:
+    from kernels.testing import machine
+    from trnfrontier.runtime.kernels import backend
+
+    assert backend.SBUF_BYTES_PER_PARTITION == machine.TRN2.sbuf_bytes_per_partition

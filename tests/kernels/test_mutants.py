@@ -222,3 +222,27 @@ def test_rope_all_heads_rotation_with_the_wrong_angle_is_caught() -> None:
     for patches, matches in (((), True), (ROPE_SWAPPED_ANGLES, False)):
         y, _ = load_kernel_module("rope_qknorm", patches).rope_qknorm_fwd(x, cos, sin, 1e-6, True)
         assert np.allclose(y, want_t, rtol=1e-4, atol=1e-5) is matches
+
+
+DQ_NOT_ACCUMULATED = [
+    (
+        "nisa.nc_matmul(dst=dq_ps[0:rq, :], stationary=dsT[0:kk, 0:rq], moving=kr[0:kk, j, :])",
+        "nisa.nc_matmul(\n            dst=dq_ps[0:rq, :], stationary=dsT[0:kk, 0:rq], "
+        "moving=kr[0:kk, j, :], accumulate=False\n        )",
+    )
+]
+
+
+def test_backward_dq_must_accumulate_over_every_key_block() -> None:
+    """dQ of a query tile accumulates in one PSUM tile over all 128-key sub-tiles of all
+    512-key blocks; restarting it per sub-tile keeps only the last block's share."""
+    q, k, v = _attention_inputs(600)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float32)
+    o, lse = load_kernel_module("attention").attention_fwd(q, k, v, 0.25)
+    leaves = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    want = torch.autograd.grad(references.attention(*leaves, 0.25), leaves, torch.tensor(do))
+    for patches, matches in (((), True), (DQ_NOT_ACCUMULATED, False)):
+        dq, _, _ = load_kernel_module("attention_bwd", patches).attention_bwd(
+            q, k, v, o, do, lse, 0.25
+        )
+        assert np.allclose(dq, want[0].numpy(), rtol=1e-4, atol=1e-4) is matches

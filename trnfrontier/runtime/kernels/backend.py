@@ -35,7 +35,9 @@ from . import registration
 
 KERNEL_NAMES = ("relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "polar_express", "attention")
 KERNELS_ENV = "TRNF_KERNELS_DIR"
-SBUF_BYTES_PER_PARTITION = 192 * 1024
+# Trn2's usable SBUF per partition (KLR's tile_size.total_available_sbuf_size for
+# NeuronCore-v3; the interpreter's machine.TRN2 holds the same figure, a test keeps them equal)
+SBUF_BYTES_PER_PARTITION = 212_984
 PMAX = 128
 
 
@@ -280,9 +282,9 @@ def supports_rope_qknorm(shape: tuple[int, ...], dtype: object, t_angles: int) -
         return f"head dim {d} is odd"
     if t_angles < shape[2]:
         return f"cos/sin cover {t_angles} positions < T={shape[2]}"
-    # a tile holds all heads of 128 positions: x, dy, out rows (float32 at most) plus
-    # one head's float32 work rows (backward)
-    need = 3 * shape[1] * d * 4 + 8 * d * 4
+    # a tile holds all heads of 128 positions: x, dy, out (float32 at most) and the
+    # backward's float32 work tiles over all heads (z, dz, prod, a and the two half-tiles)
+    need = 3 * shape[1] * d * 4 + 5 * shape[1] * d * 4
     if need > SBUF_BYTES_PER_PARTITION * 3 // 4:
         return f"{shape[1]} heads x {d} need {need} bytes of SBUF per partition"
     return _dtype_ok(dtype)
