@@ -3,9 +3,15 @@
     y = x * rstd,  rstd = 1 / sqrt(mean(x^2) + eps)
     dx = rstd * dy - x * rstd^3 * mean(dy * x)
 
-Layout: x is [N, D] in HBM, rows on partitions, a whole row in one tile (the reduction
+Layout: x is [N, D] in HBM, rows on partitions, whole rows in a tile (the reduction
 runs along the free axis on the Scalar/Vector engines, no cross-partition traffic).
-The forward also returns rstd [N, 1] (float32) so the backward does not recompute it.
+Row groups: a program's full row tiles are taken g at a time (g rows per partition,
+about 32 KiB of float32 work per partition), partition p holding rows r + p * g .. +g,
+so x, y, dy and dx move as one [128, g, D] DMA per group (g * D elements contiguous per
+partition, in the rows' own flat order) and every instruction covers the g rows of a
+partition at once (per-row values are [128, g] tiles broadcast over D). The forward
+also returns rstd [N, 1] (float32, one [128, g] store per group) so the backward does
+not recompute it. The ragged tail (N % 128 rows) is a group of one row per partition.
 """
 
 import nki
@@ -27,36 +33,39 @@ def _last_program():
     return nl.program_id(0) == nl.num_programs(0) - 1
 
 
-def _fwd_tile(x, y, rstd, r0, rows, eps):
+def _group_rows(d):
+    """Rows per partition in a group: about 32 KiB of float32 work per partition."""
+    return max(1, 8192 // d)
+
+
+def _fwd_rows(x, y, rstd, r0, parts, g, eps):
+    """Rows r0 + p * g + j (partition p < parts, j < g): y and rstd, one DMA each way."""
     d = x.shape[1]
-    xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=xt[0:rows, :], src=x[r0 : r0 + rows, :])
-    sq = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    sumsq = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation_reduce(
-        dst=sq[0:rows, :],
-        op=nl.square,
-        data=xt[0:rows, :],
-        reduce_op=nl.add,
-        reduce_res=sumsq[0:rows, :],
-    )
-    ms = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    n_rows = parts * g
+    xt = nl.ndarray((PMAX, g, d), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt[0:parts], src=x[r0 : r0 + n_rows, :])
+    sq = nl.ndarray((PMAX, g, d), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=sq[0:parts], op=nl.square, data=xt[0:parts])
+    rs = nl.ndarray((PMAX, g), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=rs[0:parts, :], op=nl.add, data=sq[0:parts], axis=2)
     nisa.tensor_scalar(
-        dst=ms[0:rows, :],
-        data=sumsq[0:rows, :],
+        dst=rs[0:parts, :],
+        data=rs[0:parts, :],
         op0=nl.multiply,
         operand0=1.0 / d,
         op1=nl.add,
         operand1=eps,
     )
-    rs = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=rs[0:rows, :], op=nl.rsqrt, data=ms[0:rows, :])
-    yt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.tensor_scalar(
-        dst=yt[0:rows, :], data=xt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
+    nisa.activation(dst=rs[0:parts, :], op=nl.rsqrt, data=rs[0:parts, :])
+    yt = nl.ndarray((PMAX, g, d), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(
+        dst=yt[0:parts],
+        data1=xt[0:parts],
+        data2=rs[0:parts, :].expand_dim(2).broadcast(2, d),
+        op=nl.multiply,
     )
-    nisa.dma_copy(dst=y[r0 : r0 + rows, :], src=yt[0:rows, :])
-    nisa.dma_copy(dst=rstd[r0 : r0 + rows, :], src=rs[0:rows, :])
+    nisa.dma_copy(dst=y[r0 : r0 + n_rows, :], src=yt[0:parts])
+    nisa.dma_copy(dst=rstd[r0 : r0 + n_rows, :], src=rs[0:parts, :])
 
 
 @nki.jit
@@ -66,50 +75,55 @@ def rmsnorm_fwd(x, eps):
     y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     rstd = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     first, count = _share(n // PMAX)
-    for j in nl.affine_range(count):
-        _fwd_tile(x, y, rstd, (first + j) * PMAX, PMAX, eps)
+    group = _group_rows(d)
+    for g0 in nl.static_range(0, count, group):
+        g = min(group, count - g0)
+        _fwd_rows(x, y, rstd, (first + g0) * PMAX, PMAX, g, eps)
     if n % PMAX and _last_program():
-        _fwd_tile(x, y, rstd, n - n % PMAX, n % PMAX, eps)
+        _fwd_rows(x, y, rstd, n - n % PMAX, n % PMAX, 1, eps)
     return y, rstd
 
 
-def _bwd_tile(x, dy, rstd, dx, r0, rows):
+def _bwd_rows(x, dy, rstd, dx, r0, parts, g):
+    """dx = rstd * dy - x * rstd^3 * mean(dy * x) for rows r0 + p * g + j."""
     d = x.shape[1]
-    xt = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-    gt = nl.ndarray((PMAX, d), dtype=dy.dtype, buffer=nl.sbuf)
-    rs = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=xt[0:rows, :], src=x[r0 : r0 + rows, :])
-    nisa.dma_copy(dst=gt[0:rows, :], src=dy[r0 : r0 + rows, :])
-    nisa.dma_copy(dst=rs[0:rows, :], src=rstd[r0 : r0 + rows, :])
-    prod = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(
-        dst=prod[0:rows, :], data1=xt[0:rows, :], data2=gt[0:rows, :], op=nl.multiply
-    )
-    dot = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_reduce(dst=dot[0:rows, :], op=nl.add, data=prod[0:rows, :], axis=1, keepdims=True)
+    n_rows = parts * g
+    xt = nl.ndarray((PMAX, g, d), dtype=x.dtype, buffer=nl.sbuf)
+    gt = nl.ndarray((PMAX, g, d), dtype=dy.dtype, buffer=nl.sbuf)
+    rs = nl.ndarray((PMAX, g), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt[0:parts], src=x[r0 : r0 + n_rows, :])
+    nisa.dma_copy(dst=gt[0:parts], src=dy[r0 : r0 + n_rows, :])
+    nisa.dma_copy(dst=rs[0:parts, :], src=rstd[r0 : r0 + n_rows, :])
+    prod = nl.ndarray((PMAX, g, d), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=prod[0:parts], data1=xt[0:parts], data2=gt[0:parts], op=nl.multiply)
+    coef = nl.ndarray((PMAX, g), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=coef[0:parts, :], op=nl.add, data=prod[0:parts], axis=2)
     # coef = -rstd^3 * dot / d
-    r2 = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=r2[0:rows, :], data1=rs[0:rows, :], data2=rs[0:rows, :], op=nl.multiply)
-    r3 = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=r3[0:rows, :], data1=r2[0:rows, :], data2=rs[0:rows, :], op=nl.multiply)
-    coef = nl.ndarray((PMAX, 1), dtype=nl.float32, buffer=nl.sbuf)
+    r3 = nl.ndarray((PMAX, g), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=r3[0:parts, :], data1=rs[0:parts, :], data2=rs[0:parts, :], op=nl.multiply)
+    nisa.tensor_tensor(dst=r3[0:parts, :], data1=r3[0:parts, :], data2=rs[0:parts, :], op=nl.multiply)
     nisa.tensor_tensor(
-        dst=coef[0:rows, :], data1=r3[0:rows, :], data2=dot[0:rows, :], op=nl.multiply
+        dst=coef[0:parts, :], data1=coef[0:parts, :], data2=r3[0:parts, :], op=nl.multiply
     )
     nisa.tensor_scalar(
-        dst=coef[0:rows, :], data=coef[0:rows, :], op0=nl.multiply, operand0=-1.0 / d
+        dst=coef[0:parts, :], data=coef[0:parts, :], op0=nl.multiply, operand0=-1.0 / d
     )
-    a = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(
-        dst=a[0:rows, :], data=gt[0:rows, :], op0=nl.multiply, operand0=rs[0:rows, :]
+    a = nl.ndarray((PMAX, g, d), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(
+        dst=a[0:parts],
+        data1=gt[0:parts],
+        data2=rs[0:parts, :].expand_dim(2).broadcast(2, d),
+        op=nl.multiply,
     )
-    b = nl.ndarray((PMAX, d), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(
-        dst=b[0:rows, :], data=xt[0:rows, :], op0=nl.multiply, operand0=coef[0:rows, :]
+    nisa.tensor_tensor(
+        dst=prod[0:parts],
+        data1=xt[0:parts],
+        data2=coef[0:parts, :].expand_dim(2).broadcast(2, d),
+        op=nl.multiply,
     )
-    out = nl.ndarray((PMAX, d), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.tensor_tensor(dst=out[0:rows, :], data1=a[0:rows, :], data2=b[0:rows, :], op=nl.add)
-    nisa.dma_copy(dst=dx[r0 : r0 + rows, :], src=out[0:rows, :])
+    out = nl.ndarray((PMAX, g, d), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=out[0:parts], data1=a[0:parts], data2=prod[0:parts], op=nl.add)
+    nisa.dma_copy(dst=dx[r0 : r0 + n_rows, :], src=out[0:parts])
 
 
 @nki.jit
@@ -118,8 +132,10 @@ def rmsnorm_bwd(x, dy, rstd):
     n, d = x.shape
     dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     first, count = _share(n // PMAX)
-    for j in nl.affine_range(count):
-        _bwd_tile(x, dy, rstd, dx, (first + j) * PMAX, PMAX)
+    group = _group_rows(d)
+    for g0 in nl.static_range(0, count, group):
+        g = min(group, count - g0)
+        _bwd_rows(x, dy, rstd, dx, (first + g0) * PMAX, PMAX, g)
     if n % PMAX and _last_program():
-        _bwd_tile(x, dy, rstd, dx, n - n % PMAX, n % PMAX)
+        _bwd_rows(x, dy, rstd, dx, n - n % PMAX, n % PMAX, 1)
     return dx

@@ -246,3 +246,24 @@ def test_backward_dq_must_accumulate_over_every_key_block() -> None:
             q, k, v, o, do, lse, 0.25
         )
         assert np.allclose(dq, want[0].numpy(), rtol=1e-4, atol=1e-4) is matches
+
+
+RMSNORM_ONE_RSTD_PER_PARTITION = [
+    (
+        "        data2=rs[0:parts, :].expand_dim(2).broadcast(2, d),\n        op=nl.multiply,\n    )\n"
+        "    nisa.dma_copy(dst=y",
+        "        data2=rs[0:parts, 0:1].expand_dim(2).broadcast(1, g).broadcast(2, d),\n"
+        "        op=nl.multiply,\n    )\n    nisa.dma_copy(dst=y",
+    )
+]
+
+
+def test_rmsnorm_row_groups_need_each_rows_own_rstd() -> None:
+    """A group holds g rows per partition: scaling all of them by the first row's rstd
+    is wrong for every row but the first of each partition."""
+    x = np.random.default_rng(8).standard_normal((512, 64)).astype(np.float32)
+    want, _ = references.rmsnorm(torch.from_numpy(x), 1e-6)
+    good, _ = load_kernel_module("rmsnorm").rmsnorm_fwd(x, 1e-6)
+    np.testing.assert_allclose(good, want.numpy(), rtol=1e-5, atol=1e-5)
+    bad, _ = load_kernel_module("rmsnorm", RMSNORM_ONE_RSTD_PER_PARTITION).rmsnorm_fwd(x, 1e-6)
+    assert not np.allclose(bad, want.numpy(), rtol=1e-3, atol=1e-3)
