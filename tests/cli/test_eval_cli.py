@@ -271,3 +271,75 @@ def test_eval_equals_the_trainers_recorded_val_bpb(sample_home: Path, tmp_path: 
     assert (result["seq_len"], result["tokens_requested"]) == (summary["eval_seq_len"], summary["eval_tokens"])
     assert result["val_bpb"] == summary["val_bpb"]
     assert result["matches_recorded"] is True
+
+
+# ---------------------------------------------------------------------------- damaged checkpoints
+
+
+def _published(tmp_path: Path) -> Path:
+    """out/ as a generated train.py leaves it: the run in out/run/, its final checkpoint
+    published to out/ by the generated program's own publish_final."""
+    import importlib.util
+
+    from trnfrontier.packaging.trainpy import render_train_py
+    from trnfrontier.recipes.loading import load_recipe
+
+    out = tmp_path / "team" / "out"
+    _save_run(out / "run", head_std=0.5)
+    source = render_train_py(load_recipe("cpu_smoke").model_dump(mode="json"), "package")
+    (tmp_path / "team" / "train.py").write_text(source)
+    spec = importlib.util.spec_from_file_location("generated_train", tmp_path / "team" / "train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.publish_final(out / "run", out)
+    return out
+
+
+def _no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trnfrontier.evaluate import library as evaluation
+
+    def refuse(spec: object) -> dict:
+        raise AssertionError("a damaged checkpoint reached the evaluation worker")
+
+    monkeypatch.setattr(evaluation, "run_worker", refuse)
+
+
+@pytest.mark.parametrize("how", ["path", "train_py"])
+def test_a_flipped_byte_in_a_published_final_pt_is_refused_with_the_copy_to_restore(
+    how: str, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outside's case: one bit of out/final.pt flipped, scored as if nothing was wrong."""
+    from tests.runtime.test_checkpoint_integrity import flip_byte
+
+    out = _published(tmp_path)
+    assert (out / "manifest.json").is_file()  # published with the files it describes
+    flip_byte(out / "final.pt", 0.6)  # inside the tensor data: the file still loads
+    _no_worker(monkeypatch)
+    args = [str(out / "final.pt")] if how == "path" else ["--train-py", str(out.parent / "train.py"), "--checkpoint", str(out / "final.pt")]
+    code, stdout, err = run_cli(["eval", *args, *FAST], capsys)
+    (line,) = [line for line in err.splitlines() if line.startswith("trnf:")]
+    assert code == 1 and stdout == "" and "Traceback" not in err
+    assert line.startswith(f"trnf: error: {out / 'final.pt'} is damaged (its SHA256 differs")
+    assert f"copy {out / 'run' / 'final' / 'final.pt'} over it" in line
+
+
+def test_a_trnf_checkpoint_that_lost_its_manifest_is_refused(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _save_run(tmp_path / "run", head_std=0.5)
+    (run / "final" / "manifest.json").unlink()
+    _no_worker(monkeypatch)
+    code, _, err = run_cli(["eval", str(run), *FAST], capsys)
+    assert code == 1 and f"{run / 'final' / 'manifest.json'} is damaged (missing, so model.safetensors" in err
+
+
+def test_a_checked_checkpoint_says_so_and_a_kit_one_says_it_was_not(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _save_run(tmp_path / "run", head_std=0.5)
+    train_py = _kit_train_py(tmp_path / "kit")
+    code, out, err = run_cli(["eval", str(run), "--train-py", str(train_py), "--checkpoint", str(train_py.parent / "final.pt"), *FAST], capsys)
+    assert code == 0, err
+    assert f"checkpoint files: size and SHA256 checked against {run / 'final' / 'manifest.json'}" in out
+    assert "checkpoint files: not checked: no manifest records its SHA256" in out

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_app import run_cli
+from tests.runtime.test_checkpoint_integrity import flip_byte
 from tests.runtime.test_trainer import TINY
 from trnfrontier import submission as fmt
 from trnfrontier.verify import Options, verify_archive
@@ -62,6 +63,7 @@ def test_init_output_trains_on_cpu_packages_and_verifies(
         "final.pt",
         "model.safetensors",
         "meta.json",
+        "manifest.json",  # what `trnf eval` and `trnf package` check the published files against
         "run/summary.json",
         "run/step_boundaries.jsonl",
     ):
@@ -99,6 +101,15 @@ def test_init_output_trains_on_cpu_packages_and_verifies(
     } <= set(document["members"])
     report = verify_archive(out, Options(dry_run=True, dry_run_steps=2, rerun_eval=True))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
+
+    flip_byte(team / "out" / "final.pt", 0.6)  # a real flipped byte in the real checkpoint
+    code, _, err = run_cli(
+        ["package", "--train-py", str(team / "train.py"), "--checkpoint", str(team / "out" / "final.pt"),
+         "--launch", LAUNCH, "-o", str(tmp_path / "t.tar"), "--val-bpb-from-eval"],
+        capsys,
+    )
+    assert code == 1 and "final.pt is damaged (its SHA256 differs" in err and "refusing to package it" in err
+    assert not (tmp_path / "t.tar").exists()
 
 
 @pytest.mark.slow

@@ -70,6 +70,15 @@ def test_train_json_summary_and_run_dir(sample_home: Path, tmp_path: Path, capsy
     # A run killed before its end (simulated: no final, no summary) resumes to completion.
     shutil.rmtree(run / "final")
     (run / "summary.json").unlink()
+    # recipe.json is what a resume trains with: one that differs from the recipe the
+    # checkpoint recorded (a stray edit, a flipped byte) is refused, not trained.
+    original = (run / "recipe.json").read_bytes()
+    edited = json.loads(original)
+    edited["optim"]["matrix_lr"] *= 1.5
+    (run / "recipe.json").write_text(json.dumps(edited))
+    code, _, err = run_cli(["train", "--resume", str(run)], capsys)
+    assert code == 2 and "recipe.json differs from the recipe" in err and '"recipe" object of' in err
+    (run / "recipe.json").write_bytes(original)
     code, out, err = run_cli(["train", "--resume", str(run), "--json"], capsys)
     assert code == 0, err
     resumed = json.loads(out)

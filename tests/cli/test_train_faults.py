@@ -80,3 +80,65 @@ def test_kill_9_of_trnf_leaves_nothing_running(sample_home: Path, tmp_path: Path
     assert lock.took_over and "no longer running" in lock.took_over
     lock.release()
     assert json.loads((latest_checkpoint(run) / "meta.json").read_text())["step"] >= 1
+
+
+def _second_shell(*args: str) -> subprocess.CompletedProcess[str]:
+    """`trnf ARGS` as a user types it in another terminal while the first run goes on."""
+    return subprocess.run(
+        [sys.executable, "-m", "trnfrontier", *args],
+        env={**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py")},
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_a_second_shell_meets_the_live_writer_before_its_first_checkpoint(sample_home: Path, tmp_path: Path) -> None:
+    """The outside's case: `trnf train --resume DIR` while DIR's run starts said "no complete
+    checkpoint"; every command that would misread a live run names its writer first."""
+    run = tmp_path / "run"
+    trnf = _start_trnf(run, 1)
+    tree: set[processes.Proc] = set()
+    try:
+        _wait_for(lambda: (run / LOCK_FILE).exists() or trnf.poll() is not None, "the writer's lock")
+        assert trnf.poll() is None and latest_checkpoint(run) is None
+        for args in (["train", "--resume", str(run)], ["train", "cpu_smoke", *TINY, "--out", str(run)], ["package", str(run)]):
+            second = _second_shell(*args)
+            (line,) = [text for text in second.stderr.splitlines() if text.startswith("trnf:")]
+            assert second.returncode != 0 and line.startswith("trnf: error:"), second.stderr
+            assert f"pid {trnf.pid}" in line and f"(trnf train cpu_smoke --out {run}" in line, line
+            assert f"kill {trnf.pid}" in line or "Choose another" in line
+            assert "no complete checkpoint" not in line and "remove it" not in line
+        tree = processes.descendants(trnf.pid)
+    finally:
+        os.killpg(trnf.pid, signal.SIGKILL)
+        trnf.wait()
+        processes.kill(tree | processes.descendants(trnf.pid))
+
+
+HOLDER = (
+    "import sys, time; from trnfrontier.runtime import runlock; "
+    "runlock.acquire(sys.argv[1], command='trnf train cpu_smoke --out ' + sys.argv[1]); print('held', flush=True); time.sleep(120)"
+)
+
+
+@pytest.mark.parametrize("command", ["resume", "new run", "package"])
+def test_every_command_that_would_misread_a_live_run_names_its_writer(
+    command: str, sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.cli_run import run_cli
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.json").write_text("{}")  # what a starting run has written so far
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        args = {"resume": ["train", "--resume", str(run)], "new run": ["train", "cpu_smoke", "--out", str(run)],
+                "package": ["package", str(run)]}[command]
+        code, out, err = run_cli(args, capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code != 0 and out == "" and err.count("\n") == 1, err
+    assert f"pid {holder.pid}" in err and f"(trnf train cpu_smoke --out {run})" in err
+    assert "recipe.json" not in err and "summary.json" not in err  # not what the live run lacks

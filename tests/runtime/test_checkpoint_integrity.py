@@ -84,3 +84,32 @@ def test_a_garbled_manifest_is_a_damaged_file(tmp_path: Path) -> None:
     (final / MANIFEST_FILE).write_text('{"files": {"model.safetensors": 3}}')
     with pytest.raises(DamagedFileError, match="unreadable manifest"):
         ck.load_model(final)
+
+
+def test_check_weights_is_strict_where_trnf_wrote_the_directory(tmp_path: Path) -> None:
+    """The tool's check before a score: a trnf checkpoint without its manifest is refused;
+    a kit's own final.pt (no trnf meta.json beside it) is reported as unchecked."""
+    from trnfrontier.runtime.integrity import check_weights
+
+    model, _ = trained()
+    final = ck.save_final(tmp_path / "run", model, {"step": 1})
+    assert "checked against" in str(check_weights(final / ck.KIT_FILE))
+    flip_byte(final / ck.META_FILE, 0.5)
+    with pytest.raises(DamagedFileError, match="meta.json is damaged"):
+        check_weights(final / ck.MODEL_FILE)  # the settings a score reads are checked too
+    (final / MANIFEST_FILE).unlink()
+    with pytest.raises(DamagedFileError, match="manifest.json is damaged \\(missing"):
+        check_weights(final / ck.KIT_FILE)
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    (kit / ck.KIT_FILE).write_bytes((final / ck.KIT_FILE).read_bytes())
+    assert check_weights(kit / ck.KIT_FILE) is None
+
+
+def test_resume_from_a_checkpoint_without_its_manifest_is_refused(tmp_path: Path) -> None:
+    model, opts = trained()
+    save_step(tmp_path, 1, model, opts)
+    latest = save_step(tmp_path, 2, model, opts)
+    (latest / MANIFEST_FILE).unlink()
+    with pytest.raises(DamagedFileError, match="manifest.json is damaged \\(missing.*continue from step_000001"):
+        ck.check_resumable(latest)

@@ -92,3 +92,19 @@ def test_a_garbled_lock_file_is_stale(tmp_path: Path) -> None:
     lock = runlock.acquire(tmp_path)
     assert lock.owner
     lock.release()
+
+
+def test_live_writer_names_a_live_holder_and_ignores_a_dead_one(tmp_path: Path) -> None:
+    assert runlock.live_writer(tmp_path) is None  # no lock at all
+    holder = _hold(tmp_path)
+    try:
+        writer = runlock.live_writer(tmp_path)
+        assert writer is not None and writer.pid == holder.pid and writer.same_host
+        assert "(holder)" in writer.description and writer.how_to_stop(tmp_path) == f"kill {holder.pid}"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert runlock.live_writer(tmp_path) is None  # stale: its process is gone
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"host": "elsewhere", "processes": [{"pid": 1}]}))
+    writer = runlock.live_writer(tmp_path)
+    assert writer is not None and not writer.same_host and str(tmp_path / LOCK_FILE) in writer.how_to_stop(tmp_path)

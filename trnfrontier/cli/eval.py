@@ -69,6 +69,9 @@ def render(document: dict[str, Any], console: Console) -> None:
         if r.get("device"):
             line += f", device {r['device']}, {r.get('dtype', '?')}"
         console.print(line)
+        if r["status"] != "error":
+            checked = r.get("integrity") or "not checked: no manifest records its SHA256 (a kit's own checkpoint)"
+            console.print(f"  checkpoint files: {checked}")
         if r.get("recorded_val_bpb") is not None and r["status"] == "ok":
             same = "equal" if r.get("matches_recorded") else "[bold red]DIFFERENT[/bold red]"
             console.print(f"  trainer recorded val_bpb {r['recorded_val_bpb']:.6f}: {same}")
@@ -129,7 +132,9 @@ def command(
     record_eval(document, warn=lambda line: notes.print(line, style="yellow"))
     results = document["results"]
     if len(results) == 1 and results[0]["status"] == "error":
-        raise TrnfError(f"{results[0]['path']}: {results[0]['error']}")
+        path, error = results[0]["path"], results[0]["error"]
+        # A message that starts with the file it is about needs no prefix naming it again.
+        raise TrnfError(error if error.startswith(results[0]["checkpoint"]) else f"{path}: {error}")
     if json_output:
         print_json(document)
     else:

@@ -118,9 +118,12 @@ def command(
             raise UsageError(
                 "give a RUN_DIR to package, or --train-py with --checkpoint and --launch"
             )
+        from trnfrontier.packaging.finished_run import read_run
+
+        run = read_run(run_dir)  # refused before "packaging ..." claims to start
         with steps(f"packaging {run_dir}", None, enabled=not json_output):
             result = package_run(
-                run_dir, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins
+                run, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins
             )
     _report(result, json_output)
     return 0

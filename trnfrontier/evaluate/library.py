@@ -25,8 +25,9 @@ from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.evaluate.spec import WorkerSpec
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
+from trnfrontier.runtime.integrity import DamagedFileError, check_file, check_weights
 from trnfrontier.runtime.prepare_calls import constant, missing_names
-from trnfrontier.runtime.rundir import RECIPE_FILE, SUMMARY_FILE
+from trnfrontier.runtime.rundir import FINAL_DIR, RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
@@ -164,6 +165,33 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
     )
 
 
+def check_target(target: Target) -> dict[str, Any]:
+    """The checkpoint's files against the manifest that recorded them, before any worker
+    starts (a kit train.py's load_for_eval checks nothing): ``{"integrity": what was
+    checked, or None when nothing records the file}``, or ``{"error": ...}`` naming the
+    damaged file and the repair."""
+    try:
+        weights = target.path if target.train_py else resolve_checkpoint(target.path).model_file
+    except FileNotFoundError:
+        return {"integrity": None}  # nothing to score either: the worker says so
+    try:
+        return {"integrity": check_weights(weights)}
+    except DamagedFileError as exc:
+        return {"error": f"{exc}; {_repair(exc.path)}", "error_kind": "damaged"}
+
+
+def _repair(damaged: Path) -> str:
+    """What brings a damaged checkpoint file back: the run's own intact copy where the
+    generated train.py published one (out/final.pt from out/run/final/), else a copy."""
+    original = damaged.parent / "run" / FINAL_DIR / damaged.name
+    try:
+        if original.is_file() and check_file(original):
+            return f"refusing to score it: copy {original} over it (the run's own copy, intact)"
+    except DamagedFileError:
+        pass
+    return "refusing to score it: restore the file from a copy, or train the run again"
+
+
 def run_worker(spec: WorkerSpec) -> dict[str, Any]:
     """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised."""
     deadline = spec.timeout + LOAD_GRACE_SECONDS
@@ -247,8 +275,9 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Steps | None
             key: getattr(spec, key)
             for key in ("tokens_source", "seq_len", "seq_len_source", "batch_size", "timeout", "recorded_val_bpb")
         }
-        result.update({"path": target.label, "tokens_requested": spec.tokens})
-        result.update(run_worker(spec))
+        result.update({"path": target.label, "checkpoint": str(target.path), "tokens_requested": spec.tokens})
+        checked = check_target(target)
+        result.update(checked if "error" in checked else {**checked, **run_worker(spec)})
         result["status"], result["reasons"] = verdict(result)
         if result["status"] == "ok" and result["recorded_val_bpb"] is not None:
             result["matches_recorded"] = result["val_bpb"] == result["recorded_val_bpb"]

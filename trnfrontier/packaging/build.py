@@ -306,7 +306,7 @@ def claim(summary: dict[str, Any], measured_by: str) -> dict[str, Any] | None:
 
 
 def package_run(
-    run_dir: Path,
+    run_dir: Path | RunDir,
     out: Path,
     *,
     writeup: Path | None = None,
@@ -314,8 +314,9 @@ def package_run(
     force: bool = False,
     pins_file: Path | None = None,
 ) -> PackageResult:
-    """Package a `trnf train` run directory as a submission archive at ``out``."""
-    run: RunDir = read_run(run_dir)
+    """Package a `trnf train` run directory (or one ``read_run`` already read) as a
+    submission archive at ``out``."""
+    run: RunDir = run_dir if isinstance(run_dir, RunDir) else read_run(run_dir)
     team_text = read_team_text(writeup)
     if team_text is None:  # the write-up trnf train left in the run directory, as the team edited it
         from trnfrontier.packaging.run_report import existing_team_text

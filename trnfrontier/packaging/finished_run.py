@@ -28,6 +28,7 @@ from trnfrontier.runtime.rundir import (
     STEP_LOG_FILE,
     SUMMARY_FILE,
 )
+from trnfrontier.runtime.runlock import live_writer
 from trnfrontier.verify.budget import account_log
 from trnfrontier.verify.checkpoint import CheckpointError, scan_safetensors
 from trnfrontier.verify.pins import Pins
@@ -68,6 +69,12 @@ def read_run(path: Path) -> RunDir:
     if not path.is_dir():
         raise UsageError(
             f"{path}: no such run directory (give runs/<name>, the --out of `trnf train`)"
+        )
+    writer = live_writer(path)
+    if writer is not None:
+        raise TrnfError(
+            f"{path} is still being trained, written by {writer.description}; package it once that run has "
+            f"finished (or stop it: {writer.how_to_stop(path)})"
         )
     summary = read_json(path / SUMMARY_FILE, "summary.json (is this a finished `trnf train` run?)")
     final_dir = path / FINAL_DIR

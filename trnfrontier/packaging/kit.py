@@ -35,6 +35,7 @@ from trnfrontier.packaging.build import (
     write_archive,
 )
 from trnfrontier.packaging.finished_run import checkpoint_params, read_json, refusal_reasons
+from trnfrontier.runtime.integrity import DamagedFileError, check_recorded_sha256, check_weights
 from trnfrontier.runtime.prepare_calls import constant
 from trnfrontier.runtime.rundir import (
     META_FILE,
@@ -162,6 +163,24 @@ def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, 
             json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"
         ).encode()
     return members, params, non_finite
+
+
+def check_checkpoint(checkpoint: Path, run_dir: Path | None) -> None:
+    """The checkpoint against what recorded it: the manifest beside it (the generated
+    train.py publishes one) and the SHA256 the kit run's summary.json took when the run
+    ended. A mismatch is refused by name: a changed checkpoint is not what the logs ran."""
+    try:
+        check_weights(checkpoint)
+        if run_dir is not None and (run_dir / SUMMARY_FILE).is_file():
+            summary = read_json(run_dir / SUMMARY_FILE, "summary.json")
+            recorded, wrote = summary.get("checkpoint_sha256"), summary.get("final_checkpoint")
+            if isinstance(recorded, str) and wrote and Path(str(wrote)).resolve() == checkpoint.resolve():
+                check_recorded_sha256(checkpoint, recorded, run_dir / SUMMARY_FILE)
+    except DamagedFileError as exc:
+        raise TrnfError(
+            f"{exc}; refusing to package it: package the checkpoint that run wrote (restore it from a copy), "
+            "or train again"
+        ) from None
 
 
 def _measure(train_py: Path, checkpoint: Path) -> dict[str, Any]:
@@ -308,6 +327,8 @@ def package_kit(
     }
     for name, path in imported_files(train_py).items():
         members[name] = path
+    if checkpoint.is_file():
+        check_checkpoint(checkpoint, run_dir)
     ckpt_members, params, non_finite = checkpoint_members(checkpoint)
     members.update(ckpt_members)
 

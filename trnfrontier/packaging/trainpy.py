@@ -91,9 +91,10 @@ def effective_recipe(recipe: dict, environ=os.environ) -> dict:
 
 
 def publish_final(run_dir: Path, out_dir: Path) -> None:
-    """Copy the consolidated checkpoint to out/ (final.pt, model.safetensors, meta.json),
-    each through a temporary name, so out/final.pt is never half-written."""
-    for name in (MODEL_FILE, META_FILE, KIT_FILE):
+    """Copy the consolidated checkpoint to out/ (final.pt, model.safetensors, meta.json and
+    the manifest of their sizes and SHA256s, which `trnf eval` checks them against), each
+    through a temporary name, so out/final.pt is never half-written."""
+    for name in (MODEL_FILE, META_FILE, KIT_FILE, MANIFEST_FILE):
         tmp = out_dir / (".tmp-" + name)
         shutil.copyfile(run_dir / FINAL_DIR / name, tmp)
         os.replace(tmp, out_dir / name)
@@ -149,7 +150,7 @@ def _docstring(recipe: dict[str, Any], mode: Mode, purpose: str) -> str:
         "Trains RECIPE (below) with the budgeted trainer under the organisers' launch command,\n"
         f"e.g. `torchrun --standalone --nproc_per_node=N train.py`, with the trusted prepare.py beside it.\n"
         f"{shape}\n"
-        f"Writes the run to {OUT_DIR}/run/ and the checkpoint to {OUT_DIR}/final.pt (+ model.safetensors, meta.json);\n"
+        f"Writes the run to {OUT_DIR}/run/ and the checkpoint to {OUT_DIR}/final.pt (+ model.safetensors, meta.json, manifest.json);\n"
         "load_for_eval(checkpoint_path, device) loads it back for the scorer.\n"
         f"{DRY_RUN_STEPS_ENV}=N stops after N steps (a dry run); {DEVICE_ENV}=cpu trains on the CPU;\n"
         f"TRNF_STEP_LOG moves the step-boundary log (default {OUT_DIR}/run/step_boundaries.jsonl).\n"
@@ -169,7 +170,7 @@ def render_train_py(
             "from trnfrontier.runtime.checkpoint import load_for_eval as _load_checkpoint\n"
             "from trnfrontier.runtime.recipe import grad_accum_steps\n"
             "from trnfrontier.runtime.rundir import (\n"
-            "    COMPLETED,\n    FINAL_DIR,\n    KIT_FILE,\n    META_FILE,\n    MODEL_FILE,\n    STEP_LOG_ENV,\n    exit_code_for,\n)\n"
+            "    COMPLETED,\n    FINAL_DIR,\n    KIT_FILE,\n    MANIFEST_FILE,\n    META_FILE,\n    MODEL_FILE,\n    STEP_LOG_ENV,\n    exit_code_for,\n)\n"
             "from trnfrontier.runtime.trainer import train\n"
         )
         return head + "\n" + imports + _body(recipe, load_for_eval=_LOAD_FOR_EVAL)

@@ -38,6 +38,7 @@ from trnfrontier.runtime.checkpoint_ref import (
     resolve_checkpoint,
 )
 from trnfrontier.runtime.integrity import (
+    CHECKPOINT_FORMAT,
     DamagedFileError,
     check_directory,
     check_file,
@@ -48,6 +49,7 @@ from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
     FINAL_DIR,
     KIT_FILE,
+    MANIFEST_FILE,
     META_FILE,
     MODEL_FILE,
     OPTIM_FILE,
@@ -55,8 +57,6 @@ from trnfrontier.runtime.rundir import (
     STATE_FILE,
 )
 from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
-
-CHECKPOINT_FORMAT = "trnfrontier-checkpoint/1"
 
 # ---------------------------------------------------------------------------- model state
 
@@ -234,7 +234,8 @@ def check_resumable(checkpoint_dir: Path) -> None:
     """Every file of a resumable checkpoint against its manifest (size and SHA256): a
     damaged one is refused, naming the checkpoint to fall back to."""
     try:
-        check_directory(checkpoint_dir)
+        if not check_directory(checkpoint_dir):  # trnf writes one with every checkpoint
+            raise DamagedFileError(checkpoint_dir / MANIFEST_FILE, "missing, so the checkpoint's files cannot be checked")
     except DamagedFileError as exc:
         run_dir = checkpoint_dir.parent.parent
         earlier = [p for p in list_checkpoints(run_dir) if p.name < checkpoint_dir.name]

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.runtime.atomic import json_bytes
-from trnfrontier.runtime.rundir import MANIFEST_FILE
+from trnfrontier.runtime.rundir import KIT_FILE, MANIFEST_FILE, META_FILE, MODEL_FILE
 
 MANIFEST_FORMAT = "trnfrontier-manifest/1"
+# What meta.json says in every checkpoint directory `trnf train` writes (runtime/checkpoint.py).
+CHECKPOINT_FORMAT = "trnfrontier-checkpoint/1"
 _HASH_BLOCK = 1 << 20
 
 
@@ -105,3 +107,48 @@ def check_directory(directory: Path, *, full: bool = True) -> bool:
     for name in sorted(files):
         check_file(Path(directory) / name, full=full)
     return True
+
+
+def _written_by_trnf(directory: Path) -> bool:
+    """Whether ``directory`` is a checkpoint directory `trnf train` wrote (its meta.json
+    says so): such a directory always has a manifest, so one without it lost it."""
+    try:
+        meta = json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == CHECKPOINT_FORMAT
+
+
+def check_weights(weights: Path) -> str | None:
+    """Every file a score reads from a checkpoint, checked strictly before it is read: the
+    weights (``model.safetensors`` or ``final.pt``) and the ``meta.json`` beside them,
+    against the manifest of their directory. Returns what was checked against (a phrase
+    for the user), or None when nothing records the file (a kit's own final.pt).
+
+    Stricter than ``read_model_file`` (which a submission's load_for_eval runs, and which
+    must load a final.pt copied without its manifest): a directory `trnf train` wrote that
+    lost its manifest is refused, since nothing then vouches for its bytes."""
+    weights = Path(weights)
+    directory = weights.parent
+    manifest = directory / MANIFEST_FILE
+    files = read_manifest(directory)
+    if files is None:
+        if weights.name in (MODEL_FILE, KIT_FILE) and _written_by_trnf(directory):
+            raise DamagedFileError(manifest, f"missing, so {weights.name} beside it cannot be checked")
+        return None
+    if weights.name not in files:
+        raise DamagedFileError(weights, f"{manifest} does not list it")
+    check_file(weights)
+    if META_FILE in files:
+        check_file(directory / META_FILE)
+    return f"size and SHA256 checked against {manifest}"
+
+
+def check_recorded_sha256(path: Path, sha256: str, recorded_in: Path) -> None:
+    """``path`` against a SHA256 a run recorded elsewhere (a kit run's summary.json)."""
+    try:
+        actual = file_sha256(Path(path))
+    except OSError as exc:
+        raise DamagedFileError(Path(path), f"unreadable ({exc.strerror or exc}), though {recorded_in} records it") from None
+    if actual != sha256:
+        raise DamagedFileError(Path(path), f"its SHA256 differs from the one {recorded_in} recorded when the run wrote it")

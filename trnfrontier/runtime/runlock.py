@@ -25,11 +25,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from trnfrontier.runtime.rundir import LOCK_FILE
 
 TOKEN_ENV = "TRNF_RUN_LOCK_TOKEN"
+# How much of the writer's command line the lock keeps (enough to recognise the run).
+_COMMAND_CHARS = 300
 
 
 class RunLockedError(RuntimeError):
@@ -64,6 +66,13 @@ def _lock_alive(process: dict[str, Any]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _shorten(command: str, limit: int = _COMMAND_CHARS) -> str:
+    """``command`` cut at a word boundary, with an ellipsis, when longer than ``limit``."""
+    if len(command) <= limit:
+        return command
+    return command[: limit - 1].rsplit(" ", 1)[0] + " …"
 
 
 def _lock_describe(holder: dict[str, Any]) -> str:
@@ -146,6 +155,41 @@ def _lock_write(fd: int, document: dict[str, Any]) -> None:
     os.fsync(fd)
 
 
+class Writer(NamedTuple):
+    """The live writer of a run directory, as its lock records it."""
+
+    description: str  # "pid 123, 456 on HOST since T (COMMAND)"
+    pid: int | None  # the first live process (the launcher: stopping it stops the run)
+    same_host: bool
+
+    def how_to_stop(self, run_dir: Path) -> str:
+        """How to end it from here: ``kill PID``, or (another host) what to delete once it is gone."""
+        if not self.same_host or self.pid is None:
+            return f"once that run is gone, delete {Path(run_dir) / LOCK_FILE}"
+        return f"kill {self.pid}"
+
+
+def live_writer(run_dir: Path) -> Writer | None:
+    """Who is writing ``run_dir`` now, or None when nobody is (no lock, or a stale one). A
+    lock from another host counts as live (it cannot be checked from here). Reads only: a
+    command that would misread a live run (``--resume``, a second start, packaging) asks
+    this first, so it names the writer instead of what the half-written run lacks."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        with _LockedFile(path, create=False) as handle:
+            holder = _lock_read(handle)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    if not holder:
+        return None
+    if holder.get("host") != os.uname().nodename:
+        return Writer(_lock_describe(holder), None, same_host=False)
+    live = [p for p in holder.get("processes", []) if _lock_alive(p)]
+    if not live:
+        return None
+    return Writer(_lock_describe({**holder, "processes": live}), int(live[0]["pid"]), same_host=True)
+
+
 def acquire(run_dir: Path, *, command: str | None = None, token: str | None = None) -> RunLock:
     """Take (or, with the launcher's ``token``, join) the lock of ``run_dir``.
 
@@ -182,7 +226,7 @@ def acquire(run_dir: Path, *, command: str | None = None, token: str | None = No
             "host": host,
             "processes": [_lock_me()],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": command or " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])[:300],
+            "command": _shorten(command or " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]])),
         }
         _lock_write(handle, document)
     return RunLock(run_dir, token, owner=True, took_over=took_over)

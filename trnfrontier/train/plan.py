@@ -22,7 +22,7 @@ from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.lifeline import supervisor_env
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
-from trnfrontier.runtime import host_memory
+from trnfrontier.runtime import host_memory, runlock
 from trnfrontier.runtime.checkpoint import check_resumable
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
@@ -30,10 +30,12 @@ from trnfrontier.runtime.integrity import DamagedFileError
 from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 from trnfrontier.runtime.rundir import (
     COMPLETED,
+    LOG_FILE,
+    META_FILE,
     RECIPE_FILE,
     read_summary,
 )
-from trnfrontier.train.interrupted import restartable
+from trnfrontier.train.interrupted import checkpoint_meta, restartable
 from trnfrontier.trusted_prepare import load_contract, selected_prepare_path
 
 RUNS_DIR = Path("runs")
@@ -120,6 +122,13 @@ def plan_new_run(
     recipe = load_recipe(recipe_ref, extra)
     run_dir = out if out is not None else RUNS_DIR / (name or recipe.name)
     run_dir = run_dir.expanduser()
+    writer = runlock.live_writer(run_dir)
+    if writer is not None:
+        raise TrnfError(
+            f"run directory {run_dir} is being written right now by {writer.description}; nothing was changed. "
+            "Choose another with --name NAME (or --out DIR)",
+            exit_code=2,
+        )
     replaces = restartable(run_dir)
     if not replaces and run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         then = (
@@ -146,6 +155,16 @@ def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -
         )
     if not run_dir.is_dir():
         raise TrnfError(f"--resume {run_dir}: no such directory", exit_code=2)
+    # First: a live run has no summary and maybe no checkpoint yet, which is no reason to
+    # call it unresumable; the one thing to say is who is writing it.
+    writer = runlock.live_writer(run_dir)
+    if writer is not None:
+        raise TrnfError(
+            f"--resume {run_dir}: that run is still going, written by {writer.description}; "
+            f"follow it in {run_dir / LOG_FILE}, or to resume it from its last checkpoint instead, stop it first "
+            f"({writer.how_to_stop(run_dir)})",
+            exit_code=2,
+        )
     recipe_path = run_dir / RECIPE_FILE
     if not recipe_path.is_file():
         raise TrnfError(
@@ -184,6 +203,14 @@ def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -
         check_resumable(latest)  # size and SHA256 of every file, before a worker starts
     except DamagedFileError as exc:
         raise TrnfError(f"--resume {run_dir}: {exc}") from None
+    recorded = checkpoint_meta(latest).get("recipe")  # meta.json: just checked against its manifest
+    if isinstance(recorded, dict) and recorded != data:
+        raise TrnfError(
+            f"--resume {run_dir}: {recipe_path} differs from the recipe {latest.name}/meta.json recorded (checked "
+            f"against its manifest); refusing to continue the run with other settings: restore {RECIPE_FILE} "
+            f"(the checkpoint's copy is the \"recipe\" object of {latest / META_FILE})",
+            exit_code=2,
+        )
     return _checked_plan(recipe, run_dir, resume=True)
 
 

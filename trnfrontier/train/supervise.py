@@ -164,7 +164,7 @@ def run_plan(
     """Take the run directory's lock, write recipe.json (new runs), start the child,
     follow it, return its summary."""
     try:
-        lock = runlock.acquire(plan.run_dir, command=" ".join(["trnf", *sys.argv[1:]])[:300])
+        lock = runlock.acquire(plan.run_dir, command=" ".join(["trnf", *sys.argv[1:]]))
     except runlock.RunLockedError as exc:
         raise TrnfError(str(exc)) from None
     if lock.took_over:
