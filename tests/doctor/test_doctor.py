@@ -1,5 +1,6 @@
-"""`trnf doctor` on a CPU machine: the environment checks' decisions on faked devices and
-environments, and the CLI with and without --kernels (the interpreter path)."""
+"""`trnf doctor` on a CPU machine: each rung's decisions on faked devices, environments and
+process tables, the ladder's order and what a CPU machine runs and names as skipped, and
+the CLI with and without --kernels (the interpreter path)."""
 
 from __future__ import annotations
 
@@ -43,36 +44,45 @@ def test_cores_against_lnc_and_nproc(
 ) -> None:
     check = envmod.check_cores(lnc, nproc, _trainium(tmp_path, chips), env)
     assert check.status == status
-    assert any(__import__("re").search(t, check.detail) for t in text.split("|"))
+    said = f"{check.checked} {check.skipped}"
+    assert any(__import__("re").search(t, said) for t in text.split("|"))
 
 
 @pytest.mark.parametrize(
     ("flags", "status", "text"),
     [
-        ("", "ok", "unset"),
-        ("--model-type=transformer", "ok", "--model-type"),
-        ("--optlevel 1", "warn", "slower steps"),
-        ("-O1 --model-type transformer", "warn", "slower steps"),
-        ("--target=trn1", "warn", "another chip"),
-        ("--auto-cast-type fp8_e4m3", "warn", "FP8"),
-        ("--optlevel 2 --optlevel 3", "warn", "given twice"),
-        ("--logical-nc-config=2", "warn", "NEURON_LOGICAL_NC_CONFIG"),
+        ("", "warn", "no --optlevel=1"),
+        ("--optlevel=1", "ok", "--optlevel=1"),
+        ("--optlevel 1 --model-type transformer", "ok", "--model-type"),
+        ("-O1", "ok", "-O1"),
+        ("--model-type=transformer", "warn", "half the training throughput"),
+        ("--optlevel 2", "warn", "no --optlevel=1"),
+        ("-O1 --target=trn1", "warn", "another chip"),
+        ("-O1 --auto-cast-type fp8_e4m3", "warn", "FP8"),
+        ("--optlevel 2 --optlevel 1", "warn", "given twice"),
+        ("-O1 --logical-nc-config=2", "warn", "NEURON_LOGICAL_NC_CONFIG"),
         ("--flag 'unclosed", "fail", "does not parse"),
     ],
 )
-def test_suspicious_neuron_cc_flags(flags: str, status: str, text: str) -> None:
+def test_neuron_cc_flags(flags: str, status: str, text: str) -> None:
     check = envmod.check_cc_flags({"NEURON_CC_FLAGS": flags} if flags else {})
-    assert (check.status, text in check.detail) == (status, True), check
+    assert (check.status, text in check.checked) == (status, True), check
+
+
+def test_neuron_cc_flags_off_trainium_say_what_they_would_do() -> None:
+    check = envmod.check_cc_flags({}, on_trainium=False)
+    assert check.status == "ok" and "on Trainium: no --optlevel=1" in check.checked
+    assert "not a Trainium machine" in check.skipped
 
 
 def test_compile_cache_location_and_free_disk(tmp_path: Path) -> None:
     env = {envmod.COMPILE_CACHE_ENV: str(tmp_path / "cache")}
     ok = envmod.check_compile_cache(env, min_free_gib=0.0)
-    assert ok.status == "ok" and "created on first compile" in ok.detail
+    assert ok.status == "ok" and "created on first compile" in ok.checked
     low = envmod.check_compile_cache(env, min_free_gib=1e9)
-    assert low.status == "warn" and envmod.COMPILE_CACHE_ENV in low.detail
+    assert low.status == "warn" and envmod.COMPILE_CACHE_ENV in low.checked
     remote = envmod.check_compile_cache({envmod.COMPILE_CACHE_ENV: "s3://bucket/cache"})
-    assert remote.status == "ok" and "remote" in remote.detail
+    assert remote.status == "ok" and "remote" in remote.skipped
     flag = {"NEURON_CC_FLAGS": f"--cache_dir={tmp_path}/cc", envmod.COMPILE_CACHE_ENV: "/nope"}
     assert envmod.compile_cache_url(flag) == f"{tmp_path}/cc"  # the flag wins
     assert envmod.compile_cache_url({}) == envmod.DEFAULT_COMPILE_CACHE
@@ -90,9 +100,9 @@ def test_versions_against_the_venv(monkeypatch: pytest.MonkeyPatch) -> None:
     assert envmod.check_torch_neuronx().status == "ok"
     assert envmod.check_nki_and_compiler().status == "ok"
     versions["torch-neuronx"] = "2.8.0.2.10"
-    assert "built for torch 2.8" in envmod.check_torch_neuronx().detail
+    assert "built for torch 2.8" in envmod.check_torch_neuronx().checked
     versions["torch-neuronx"] = "0.0.1"
-    assert "placeholder" in envmod.check_torch_neuronx().detail
+    assert "placeholder" in envmod.check_torch_neuronx().checked
     versions["nki"] = "0.2.1"
     assert envmod.check_nki_and_compiler().status == "warn"
     versions["torch"] = "2.5.0"
@@ -103,28 +113,110 @@ def test_missing_neuron_packages_fail_on_trainium_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(envmod, "_version", lambda name: "2.9.0" if name == "torch" else None)
-    off = envmod.environment_report(2, 4, dev=tmp_path, env={})
-    by_name = {c["name"]: c["status"] for c in off["checks"]}
-    assert by_name["torch-neuronx"] == "skip" and off["status"] != "fail"
-    on = envmod.environment_report(2, 4, dev=_trainium(tmp_path, 1), env={})
-    assert {c["name"]: c["status"] for c in on["checks"]}["torch-neuronx"] == "fail"
-    assert on["status"] == "fail"
+    off = envmod.environment_checks(2, 4, {}, dev=tmp_path, env={})
+    by_name = {c.name: c for c in off}
+    assert by_name["torch-neuronx"].status == "skip"
+    assert all(c.status != "fail" for c in off)
+    on = envmod.environment_checks(2, 4, {}, dev=_trainium(tmp_path, 1), env={})
+    assert {c.name: c.status for c in on}["torch-neuronx"] == "fail"
 
 
-def test_doctor_cli_json_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
-    code, stdout, _ = run_cli(["doctor", "--json", "--recipe", "cpu_smoke"], capsys)
+def test_nki_rung_names_the_recipes_real_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25.14: a recipe with every kernel off is not reported as 'kernels: auto'."""
+    monkeypatch.setattr(envmod, "_version", lambda name: None)
+    off = envmod.check_nki_and_compiler({"relu2": "off", "attention": "off"})
+    assert "all off, so nothing needs them" in off.checked and "auto" not in off.checked
+    some = envmod.check_nki_and_compiler({"relu2": "auto", "rmsnorm": "on", "attention": "off"})
+    assert "(relu2=auto, rmsnorm=on)" in some.checked
+
+
+LADDER = [
+    "recipe",
+    "torch",
+    "torch-neuronx",
+    "nki / neuronx-cc",
+    "cores",
+    "NEURON_CC_FLAGS",
+    "Neuron compile cache",
+    "free disk",
+    "dataset",
+    "torch compile cache",
+    "verify sandbox",
+    "device holders",
+    "torch device",
+    "NKI entry points",
+    "smoke kernel",
+    "kernels",
+]
+
+
+def test_doctor_on_cpu_runs_every_rung_it_can_and_names_the_rest(
+    capsys: pytest.CaptureFixture[str], sample_home: Path
+) -> None:
+    code, stdout, stderr = run_cli(["doctor", "--json", "--recipe", "cpu_smoke"], capsys)
     doc = json.loads(stdout)
     assert code == (1 if doc["status"] == "fail" else 0)
     assert doc["recipe"] == "cpu_smoke" and "kernels" not in doc
-    names = [c["name"] for c in doc["environment"]["checks"]]
-    assert names == [
-        "torch",
-        "torch-neuronx",
-        "nki / neuronx-cc",
-        "cores",
-        "compile cache",
-        "NEURON_CC_FLAGS",
-    ]
+    rungs = {r["name"]: r for r in doc["rungs"]}
+    assert [r["name"] for r in doc["rungs"]] == LADDER
+    assert "kernels: all off" in rungs["recipe"]["checked"]  # issue 25.14
+    assert rungs["dataset"]["status"] == "ok"
+    assert str(sample_home) in rungs["dataset"]["checked"] and "$TRNF_HOME" in rungs["dataset"]["checked"]
+    assert rungs["free disk"]["status"] in ("ok", "warn") and "GiB free" in rungs["free disk"]["checked"]
+    assert str(sample_home / "compile") in rungs["torch compile cache"]["checked"]
+    assert rungs["verify sandbox"]["status"] in ("ok", "warn")
+    assert rungs["smoke kernel"]["status"] == "ok" and "interpreter" in rungs["smoke kernel"]["checked"]
+    for name in ("cores", "device holders", "NKI entry points", "kernels"):
+        assert rungs[name]["status"] == "skip" and rungs[name]["skipped"], rungs[name]
+    assert "checking torch" in stderr
+
+
+def test_a_missing_dataset_fails_naming_the_data_root_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_prepare_module: None
+) -> None:
+    from trnfrontier.doctor import local_checks
+    from trnfrontier.recipes import load_recipe
+
+    monkeypatch.setenv("TRNF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NEURON_COMPETITION_R1_CACHE_DIR", str(tmp_path / "kit"))
+    monkeypatch.delenv("TRNF_DATASET", raising=False)
+    check = local_checks.check_dataset(load_recipe("cpu_smoke"), dict(__import__("os").environ))
+    assert check.status == "warn" and "trnf prepare" in check.checked
+    assert str(tmp_path / "kit") in check.checked
+    assert "$NEURON_COMPETITION_R1_CACHE_DIR (it wins over $TRNF_HOME)" in check.checked
+
+
+def test_sandbox_rung_warns_without_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trnfrontier.doctor import local_checks
+
+    monkeypatch.setenv("TRNF_BWRAP", "/nonexistent/bwrap")
+    check = local_checks.check_sandbox()
+    assert check.status == "warn" and "cannot run archive code" in check.checked
+
+
+def test_processes_holding_neuron_devices_are_named(tmp_path: Path) -> None:
+    from trnfrontier.doctor import local_checks
+
+    dev = _trainium(tmp_path, 1)
+    proc = tmp_path / "proc"
+    for pid, target, cmd in ((41, "/dev/neuron0", b"python\0train.py"), (42, "/dev/null", b"sh")):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "fd" / "3").symlink_to(target)
+        (proc / str(pid) / "cmdline").write_bytes(cmd)
+    check = local_checks.check_device_holders(dev, proc)
+    assert check.status == "warn" and "pid 41: python train.py" in check.checked
+    assert "pid 42" not in check.checked
+    (proc / "41" / "fd" / "3").unlink()
+    assert local_checks.check_device_holders(dev, proc).status == "ok"
+
+
+def test_disk_floor(tmp_path: Path) -> None:
+    from trnfrontier.doctor import local_checks
+
+    env = {"TRNF_HOME": str(tmp_path / "home")}
+    assert local_checks.check_disk(env, tmp_path / "runs", 0.0).status == "ok"
+    low = local_checks.check_disk(env, tmp_path / "runs", 1e9)
+    assert low.status == "warn" and "a checkpoint or compile may fail" in low.checked
 
 
 def test_doctor_kernels_on_cpu_runs_the_interpreter_and_says_what_it_skipped(
@@ -198,3 +290,25 @@ def test_a_worker_that_cannot_reach_a_neuroncore_is_one_failing_row() -> None:
     rows = kernel_checks._worker(shapes, 2)  # no Neuron here: the worker exits non-zero
     assert len(rows) == 1 and rows[0]["status"] == "fail" and rows[0]["lnc"] == 2
     assert "worker exited" in rows[0]["error"]
+
+
+def test_a_torch_check_process_that_dies_is_one_failing_rung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rungs that import torch run in a child: when importing torch-neuronx kills it,
+    the doctor says so in one rung and names the rest as skipped."""
+    from trnfrontier import doctor, processes
+    from trnfrontier.recipes import load_recipe
+
+    monkeypatch.setattr(
+        processes,
+        "run_tree",
+        lambda *a, **k: processes.Finished(-11, "", "Fatal Python error: Segmentation fault"),
+    )
+    rungs = doctor._torch_rungs(load_recipe("cpu_smoke"))
+    assert [(r.name, r.status) for r in rungs] == [
+        ("torch device", "fail"),
+        ("NKI entry points", "skip"),
+        ("smoke kernel", "skip"),
+    ]
+    assert "exited -11: Fatal Python error: Segmentation fault" in rungs[0].checked

@@ -20,7 +20,7 @@ def command(
     recipe: str = typer.Option(
         "baseline_d10",
         "--recipe",
-        help="Recipe whose runtime.lnc, nproc and shapes to check against.",
+        help="Recipe whose device, runtime.lnc, nproc, kernels, dataset and shapes to check.",
     ),
     kernels: bool = typer.Option(
         False,
@@ -28,19 +28,22 @@ def command(
         help="Also run every NKI kernel against its reference under LNC 1 and 2.",
     ),
     json_output: bool = typer.Option(
-        False, "--json", help="Print one JSON document instead of tables."
+        False, "--json", help="Print one JSON document instead of a table."
     ),
 ) -> None:
-    """Neuron SDK, torch and torch-neuronx versions; visible NeuronCores against LNC and
-    nproc; the compile cache and its free disk; suspicious NEURON_CC_FLAGS. With --kernels,
-    each kernel against its PyTorch reference (on a NeuronCore where there is one, else
-    under the NumPy interpreter at small shapes, saying what that skips). Exits 1 when a
-    check fails."""
+    """A ladder of checks, cheapest first, each saying what it checked and what it skipped:
+    the recipe's real settings; torch, torch-neuronx, nki/neuronx-cc; NeuronCores against
+    LNC and nproc; NEURON_CC_FLAGS (--optlevel=1); the Neuron compile cache; free disk; the
+    prepared dataset and its data root; torch's compile cache; bubblewrap for verify;
+    processes holding /dev/neuron*; torch and the device; nki_op/wrap_nki; a 128x128 relu2
+    smoke kernel (on a NeuronCore, else under the NKI interpreter). With --kernels, each
+    kernel against PyTorch at LNC 1 and 2. Exits 1 when a rung fails."""
     from trnfrontier import doctor
 
-    if kernels:
-        err().print("running the NKI kernels against their references (LNC 1 and 2) ...")
-    document = doctor.report(recipe, kernels=kernels)
+    def progress(what: str) -> None:
+        err().print(f"checking {what} ...")
+
+    document = doctor.report(recipe, kernels=kernels, on_rung=progress)
     if json_output:
         print_json(document)
     else:
@@ -53,18 +56,15 @@ def _render(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = out()
-    keep_wide(console, 120)
-    env = doc["environment"]
-    table = Table(title=f"trnf doctor ({doc['recipe']}: LNC={env['lnc']}, nproc={env['nproc']})")
-    for col in ("check", "", "detail"):
+    keep_wide(console, 140)
+    table = Table(title=f"trnf doctor ({doc['recipe']}: LNC={doc['lnc']}, nproc={doc['nproc']})")
+    for col in ("rung", "", "checked", "skipped"):
         table.add_column(col)
-    for c in env["checks"]:
-        table.add_row(c["name"], MARK[c["status"]], c["detail"])
+    for c in doc["rungs"]:
+        table.add_row(c["name"], MARK[c["status"]], c["checked"], c["skipped"])
     console.print(table)
     if "kernels" in doc:
         _render_kernels(doc["kernels"], console)
-
-
 def _ms(value: float | None) -> str:
     return "" if value is None else f"{value * 1e3:.2f}"
 

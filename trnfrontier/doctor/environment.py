@@ -1,9 +1,10 @@
-"""`trnf doctor`: is this machine ready to train on Trainium? Checks that need no torch.
+"""`trnf doctor`'s environment rungs: versions, cores, NEURON_CC_FLAGS, the Neuron
+compile cache. No torch: versions come from package metadata and devices from
+``/dev/neuron*`` and ``NEURON_RT_VISIBLE_CORES``, so these rungs are fast and work on a
+machine where importing torch-neuronx would fail.
 
-Each check returns a :class:`Check` (ok / warn / fail / skip and one line saying why).
-Versions come from package metadata and devices from ``/dev/neuron*`` and
-``NEURON_RT_VISIBLE_CORES``, so the report is fast and works on a machine where
-importing torch-neuronx would fail.
+Each check returns a :class:`Check`: ok / warn / fail / skip, what it checked (one line)
+and what it did not check and why (one line, or empty).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 Status = str  # "ok" | "warn" | "fail" | "skip"
 
@@ -32,7 +32,8 @@ MIN_FREE_GIB = 20.0  # a d10-d20 model's NEFFs plus a checkpoint or two
 class Check:
     name: str
     status: Status
-    detail: str
+    checked: str
+    skipped: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -85,27 +86,40 @@ def check_torch_neuronx() -> Check:
     return Check("torch-neuronx", "ok", f"{version} (torch {torch_version})")
 
 
-def check_nki_and_compiler() -> Check:
+def kernels_summary(kernels: dict[str, str]) -> str:
+    """The recipe's kernels section in one phrase: "all off" or "relu2=auto, rmsnorm=on"."""
+    chosen = [f"{name}={mode}" for name, mode in sorted(kernels.items()) if mode != "off"]
+    return ", ".join(chosen) if chosen else "all off"
+
+
+def check_nki_and_compiler(kernels: dict[str, str] | None = None) -> Check:
+    """nki / neuronx-cc against what the recipe's kernels need (``kernels``: kernel -> mode)."""
     nki, cc = _version("nki"), _version("neuronx-cc")
+    wanted = kernels_summary(kernels or {})
+    need = (
+        "the recipe's kernels are all off, so nothing needs them"
+        if wanted == "all off"
+        else f"the recipe's kernels ({wanted}): auto falls back to PyTorch, on stops"
+    )
     if nki is None and cc is None:
-        return Check(
-            "nki / neuronx-cc",
-            "fail",
-            "neither installed: NKI kernels (kernels: auto) fall back to PyTorch",
-        )
+        return Check("nki / neuronx-cc", "fail", f"neither installed; {need}")
     if nki is None:
         return Check(
             "nki / neuronx-cc",
             "warn",
-            f"neuronx-cc {cc}, but no `nki` package: the kernels need NKI 0.3+",
+            f"neuronx-cc {cc}, but no `nki` package: the kernels need NKI 0.3+; {need}",
         )
     if _numbers(nki)[:2] < NKI_MIN:
         return Check(
             "nki / neuronx-cc",
             "warn",
-            f"nki {nki} < 0.3: the kernels use the nki.* namespace of NKI 0.3+",
+            f"nki {nki} < 0.3: the kernels use the nki.* namespace of NKI 0.3+; {need}",
         )
-    return Check("nki / neuronx-cc", "ok", f"nki {nki}, neuronx-cc {cc or 'not installed'}")
+    return Check(
+        "nki / neuronx-cc",
+        "ok",
+        f"nki {nki}, neuronx-cc {cc or 'not installed'}; recipe kernels: {wanted}",
+    )
 
 
 def parse_core_list(text: str) -> list[int]:
@@ -150,7 +164,8 @@ def check_cores(lnc: int, nproc: int, dev: Path, env: dict[str, str]) -> Check:
         return Check(
             "cores",
             "skip",
-            f"no {dev}/neuron* devices: not a Trainium machine (or the driver is not loaded)",
+            f"no {dev}/neuron* devices",
+            "NeuronCores against LNC and nproc: not a Trainium machine (or no Neuron driver)",
         )
     logical = physical // lnc
     if nproc > logical:
@@ -180,9 +195,11 @@ def compile_cache_url(env: dict[str, str]) -> str:
 
 
 def check_compile_cache(env: dict[str, str], min_free_gib: float = MIN_FREE_GIB) -> Check:
+    """The Neuron compile cache: where it is and the free disk under it (a compile into a
+    full disk left a team's cache poisoned)."""
     url = compile_cache_url(env)
     if "://" in url:
-        return Check("compile cache", "ok", f"{url} (remote; free space not checked)")
+        return Check("Neuron compile cache", "ok", url, "free space (a remote cache)")
     path = Path(url)
     probe = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
     free = shutil.disk_usage(probe).free / 2**30
@@ -191,17 +208,16 @@ def check_compile_cache(env: dict[str, str], min_free_gib: float = MIN_FREE_GIB)
     )
     if free < min_free_gib:
         return Check(
-            "compile cache",
+            "Neuron compile cache",
             "warn",
-            f"{where} < {min_free_gib:.0f} GiB: compiles may fail mid-run; set {COMPILE_CACHE_ENV}",
+            f"{where} < {min_free_gib:.0f} GiB: a compile into a full disk can leave a broken "
+            f"cache entry behind; free space or set {COMPILE_CACHE_ENV}",
         )
-    return Check("compile cache", "ok", where)
+    return Check("Neuron compile cache", "ok", where)
 
 
 # flag -> (predicate on its value, why it is suspicious in a timed training run)
 SUSPICIOUS_CC_FLAGS: dict[str, tuple[Callable[[str | None], bool], str]] = {
-    "--optlevel": (lambda v: v == "1", "optlevel 1 compiles fast but runs slower steps"),
-    "-O1": (lambda v: True, "-O1 compiles fast but runs slower steps"),
     "--target": (lambda v: v not in (None, "trn2"), "compiles for another chip than Trn2"),
     "--auto-cast-type": (
         lambda v: v is not None and v.startswith("fp8"),
@@ -212,16 +228,15 @@ SUSPICIOUS_CC_FLAGS: dict[str, tuple[Callable[[str | None], bool], str]] = {
         "set LNC with NEURON_LOGICAL_NC_CONFIG (runtime.lnc), not a compiler flag",
     ),
 }
+# A team's protocol records that NEURON_CC_FLAGS without --optlevel=1 silently halved
+# their training throughput (issue 24); the flag is what they run with.
+OPTLEVEL_HINT = (
+    "no --optlevel=1: a team measured half the training throughput without it; "
+    "set NEURON_CC_FLAGS='--optlevel=1 ...' unless `trnf profile` shows otherwise"
+)
 
 
-def check_cc_flags(env: dict[str, str]) -> Check:
-    raw = env.get("NEURON_CC_FLAGS", "")
-    if not raw.strip():
-        return Check("NEURON_CC_FLAGS", "ok", "unset (compiler defaults)")
-    try:
-        words = shlex.split(raw)
-    except ValueError as exc:
-        return Check("NEURON_CC_FLAGS", "fail", f"{raw!r} does not parse ({exc})")
+def _flags(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
     seen: dict[str, str | None] = {}
     problems: list[str] = []
     for i, word in enumerate(words):
@@ -237,26 +252,55 @@ def check_cc_flags(env: dict[str, str]) -> Check:
         rule = SUSPICIOUS_CC_FLAGS.get(flag)
         if rule is not None and rule[0](val):
             problems.append(f"{word}: {rule[1]}")
+    return seen, problems
+
+
+def check_cc_flags(env: dict[str, str], on_trainium: bool = True) -> Check:
+    """NEURON_CC_FLAGS: parses, no suspicious flag, and --optlevel=1 present (a warning
+    only where it matters: on Trainium)."""
+    raw = env.get("NEURON_CC_FLAGS", "")
+    try:
+        words = shlex.split(raw)
+    except ValueError as exc:
+        return Check("NEURON_CC_FLAGS", "fail", f"{raw!r} does not parse ({exc})")
+    seen, problems = _flags(words)
+    optlevel_1 = seen.get("--optlevel", "") == "1" or "-O1" in seen
+    if not optlevel_1:
+        problems.append(OPTLEVEL_HINT)
+    shown = raw.strip() or "unset (compiler defaults)"
+    if not on_trainium:
+        return Check(
+            "NEURON_CC_FLAGS",
+            "ok",
+            f"{shown}" + (f"; on Trainium: {'; '.join(problems)}" if problems else ""),
+            "its effect on step time (not a Trainium machine)",
+        )
     if problems:
-        return Check("NEURON_CC_FLAGS", "warn", "; ".join(problems))
-    return Check("NEURON_CC_FLAGS", "ok", raw)
+        return Check("NEURON_CC_FLAGS", "warn", f"{shown}: " + "; ".join(problems))
+    return Check("NEURON_CC_FLAGS", "ok", shown)
 
 
-def environment_report(
-    lnc: int, nproc: int, dev: Path = Path("/dev"), env: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """Every environment check, as a JSON-ready document. Off Trainium (no /dev/neuron*),
-    missing Neuron packages are skips, not failures: nothing here needs them."""
+def environment_checks(
+    lnc: int,
+    nproc: int,
+    kernels: dict[str, str],
+    dev: Path = Path("/dev"),
+    env: dict[str, str] | None = None,
+) -> list[Check]:
+    """The environment rungs in ladder order. Off Trainium (no /dev/neuron*), missing
+    Neuron packages are skips, not failures: nothing here needs them."""
     env = dict(os.environ if env is None else env)
     cores = check_cores(lnc, nproc, dev, env)
-    neuron = [check_torch_neuronx(), check_nki_and_compiler()]
-    if cores.status == "skip":
+    trainium = cores.status != "skip"
+    neuron = [check_torch_neuronx(), check_nki_and_compiler(kernels)]
+    if not trainium:
         neuron = [
-            Check(c.name, "skip", f"{c.detail} (not a Trainium machine)")
-            if c.status == "fail"
+            Check(c.name, "skip", c.checked, "needed only on a Trainium machine")
+            if c.status in ("fail", "warn")
             else c
             for c in neuron
         ]
-    checks = [check_torch(), *neuron, cores, check_compile_cache(env), check_cc_flags(env)]
-    worst = next((s for s in ("fail", "warn") if any(c.status == s for c in checks)), "ok")
-    return {"status": worst, "lnc": lnc, "nproc": nproc, "checks": [c.as_dict() for c in checks]}
+    cache = check_compile_cache(env)
+    if not trainium:
+        cache = Check(cache.name, "skip", cache.checked, "the Neuron cache is used on Trainium only")
+    return [check_torch(), *neuron, cores, check_cc_flags(env, trainium), cache]
