@@ -11,13 +11,11 @@ of such runs aborted.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.gloo_ranks import assert_ranks_ok, run_ranks
 
 # What makes the race: the last collective all-reduces a tensor only it still holds, and
 # the script ends right after it (as the kit's evaluate_bpb does). Two ranks.
@@ -47,23 +45,9 @@ distributed.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("round_", range(3))
 def test_two_gloo_ranks_leave_and_exit_cleanly(round_: int, tmp_path: Path) -> None:
     script = tmp_path / "ranks.py"
     script.write_text(SCRIPT)
-    port = _free_port()
-    ranks = []
-    for rank in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
-        ranks.append(subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True))
-    for rank, proc in enumerate(ranks):
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}: {err[-2000:]}"
+    assert_ranks_ok(run_ranks(script, 2))

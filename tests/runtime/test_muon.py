@@ -80,6 +80,18 @@ def test_polar_express_batched_equals_one_by_one_and_is_scale_invariant() -> Non
     torch.testing.assert_close(polar_express(G[0] * 1e3, dtype=torch.float32), batched[0], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_polar_express_gives_each_matrix_the_same_bits_in_any_batch(dtype: torch.dtype) -> None:
+    """The sharded optimizer orthogonalises a rank's share of a bucket: each matrix must
+    come out bit for bit as in the whole bucket (tall, wide and square)."""
+    torch.manual_seed(5)
+    for shape in ((7, 48, 16), (5, 16, 48), (6, 32, 32)):
+        G = torch.randn(*shape)
+        whole = polar_express(G, dtype=dtype)
+        for start, stop in ((0, 1), (1, 3), (3, shape[0])):
+            assert torch.equal(polar_express(G[start:stop].clone(), dtype=dtype), whole[start:stop])
+
+
 def test_polar_express_computes_in_bfloat16_only_where_the_cpu_multiplies_it() -> None:
     """On a CPU the default is CPU_POLAR_DTYPE: bfloat16 with AVX512-BF16 or AMX (twice
     as fast there), float32 elsewhere (bfloat16 would be emulated); accelerators bfloat16."""

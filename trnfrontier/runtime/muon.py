@@ -71,16 +71,22 @@ def polar_express(G: Tensor, steps: int = 5, eps: float = 1e-7, dtype: torch.dty
     Normalises by the Frobenius norm (so every singular value is <= 1), then applies the
     first ``steps`` quintic iterations. Works on a batch of same-shaped matrices. Computes
     in ``dtype`` (default ``polar_dtype(G.device)``) and returns the input's dtype.
+
+    The normalisation runs in float32 (or the input's wider dtype) before the cast to
+    ``dtype``, as the NKI kernel and the reference do: each matrix's result then has the
+    same bits however many matrices share the call, compiled or not (inductor reduces a
+    bfloat16 norm in an order that depends on the batch), which the sharded optimizer,
+    where each rank orthogonalises only its share of a bucket, relies on.
     """
     if G.dim() < 2:
         raise ValueError(f"polar_express needs a matrix, got shape {tuple(G.shape)}")
     coeffs = polar_express_coeffs(steps)
-    X = G.to(dtype or polar_dtype(G.device))
+    X = G if G.dtype in (torch.float32, torch.float64) else G.float()
     # Work on the wide orientation: X X^T is then the smaller Gram matrix.
     transposed = X.size(-2) > X.size(-1)
     if transposed:
         X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
+    X = (X / (X.norm(dim=(-2, -1), keepdim=True) + eps)).to(dtype or polar_dtype(G.device))
     batch_shape = X.shape[:-2]
     X = X.reshape(-1, *X.shape[-2:])  # one batched-matmul code path for 2-D and stacked
     for a, b, c in coeffs:
