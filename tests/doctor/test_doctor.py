@@ -312,3 +312,18 @@ def test_a_torch_check_process_that_dies_is_one_failing_rung(
         ("smoke kernel", "skip"),
     ]
     assert "exited -11: Fatal Python error: Segmentation fault" in rungs[0].checked
+
+
+def test_speed_environment_for_run_summaries(tmp_path: Path) -> None:
+    cache = tmp_path / "cc"
+    (cache / "MODULE_1").mkdir(parents=True)
+    env = {
+        "NEURON_CC_FLAGS": "--optlevel=1 --model-type transformer",
+        "NEURON_LOGICAL_NC_CONFIG": "2",
+        envmod.COMPILE_CACHE_ENV: str(cache),
+    }
+    found = envmod.speed_environment(env)
+    assert found["optlevel_1"] is True and found["lnc"] == "2"
+    assert found["compile_cache"] == {"url": str(cache), "exists": True, "entries": 1}
+    assert set(found["versions"]) == {"torch", "torch-neuronx", "neuronx-cc", "nki"}
+    assert envmod.speed_environment({})["optlevel_1"] is False

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 Status = str  # "ok" | "warn" | "fail" | "skip"
 
@@ -304,3 +305,29 @@ def environment_checks(
     if not trainium:
         cache = Check(cache.name, "skip", cache.checked, "the Neuron cache is used on Trainium only")
     return [check_torch(), *neuron, cores, check_cc_flags(env, trainium), cache]
+
+
+def speed_environment(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """What in this environment changes training speed, as a JSON-ready dict: the Neuron
+    versions (package metadata), NEURON_CC_FLAGS and whether it has --optlevel=1, the LNC,
+    and the Neuron compile cache (where, whether it exists, how many entries). Imports
+    nothing heavy: for a run's summary and the ledger (issue 24, item 6)."""
+    env = dict(os.environ if env is None else env)
+    raw = env.get("NEURON_CC_FLAGS", "")
+    try:
+        seen, _ = _flags(shlex.split(raw))
+    except ValueError:
+        seen = {}
+    url = compile_cache_url(env)
+    cache: dict[str, Any] = {"url": url}
+    if "://" not in url:
+        path = Path(url)
+        cache["exists"] = path.is_dir()
+        cache["entries"] = sum(1 for _ in path.iterdir()) if path.is_dir() else 0
+    return {
+        "versions": {d: _version(d) for d in ("torch", "torch-neuronx", "neuronx-cc", "nki")},
+        "neuron_cc_flags": raw,
+        "optlevel_1": seen.get("--optlevel", "") == "1" or "-O1" in seen,
+        "lnc": env.get("NEURON_LOGICAL_NC_CONFIG"),
+        "compile_cache": cache,
+    }
