@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_run import run_cli
-from trnfrontier.fs_errors import describe, is_user_facing
+from trnfrontier.runtime.faults import describe, is_user_facing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +77,23 @@ def test_other_outputs_on_a_read_only_file_system(argv: list[str], tmp_path: Pat
     assert result.returncode != 0 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert result.stderr.startswith("trnf: error: ") and args[-1] in result.stderr and "Read-only file system" in result.stderr
     assert not any(read_only.iterdir())
+
+
+def test_expected_faults_are_one_line_and_bugs_are_not() -> None:
+    """The trainer's split: a fault the user can act on ends a run with its one line (the
+    traceback only in the run's log); anything else is a bug and keeps its traceback."""
+    from trnfrontier.runtime.atomic import DiskFullError
+    from trnfrontier.runtime.faults import fault_line
+    from trnfrontier.runtime.integrity import DamagedFileError
+    from trnfrontier.runtime.runlock import RunLockedError
+
+    full = DiskFullError(Path("/tmp/run/final"), 20_000_000, "the final checkpoint")
+    assert fault_line(full) == str(full) and str(full).startswith("disk full writing the final checkpoint /tmp/run/final")
+    for code, words in ((errno.EROFS, "read-only"), (errno.EACCES, "permission denied"), (errno.EDQUOT, "quota")):
+        line = fault_line(OSError(code, os.strerror(code), "/runs/x/metrics.jsonl"))
+        assert line is not None and line.startswith("/runs/x/metrics.jsonl: ") and words in line
+    assert fault_line(DamagedFileError(Path("/r/optim.pt"), "its SHA256 differs")) == "/r/optim.pt is damaged (its SHA256 differs)"
+    assert fault_line(RunLockedError("runs/x is being written by pid 1")) == "runs/x is being written by pid 1"
+    assert "out of memory" in str(fault_line(MemoryError()))
+    for bug in (ValueError("shape mismatch"), KeyError("w"), OSError(errno.ECONNRESET, "reset"), RuntimeError("CUDA error")):
+        assert fault_line(bug) is None

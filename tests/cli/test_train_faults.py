@@ -142,3 +142,33 @@ def test_every_command_that_would_misread_a_live_run_names_its_writer(
     assert code != 0 and out == "" and err.count("\n") == 1, err
     assert f"pid {holder.pid}" in err and f"(trnf train cpu_smoke --out {run})" in err
     assert "recipe.json" not in err and "summary.json" not in err  # not what the live run lacks
+
+
+@pytest.mark.slow
+def test_a_real_full_disk_at_the_final_checkpoint_is_one_line_with_the_traceback_in_the_log(
+    sample_home: Path, tmp_path: Path
+) -> None:
+    """The outside's case: the run's folder on a small tmpfs, full when the final
+    checkpoint is written. The console gets the one line (and the next step), not the
+    worker's traceback around it; train.log keeps the traceback."""
+    from tests.tmpfs import small_tmpfs, tmpfs_or_skip
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    tmpfs_or_skip(mount)
+    run = mount / "run"
+    # No periodic checkpoint: the final one is the first write that does not fit.
+    args = [*TINY, "budget.max_steps=2", "eval.final=false", "run.checkpoint_every_seconds=null"]
+    command = [sys.executable, "-m", "trnfrontier", "train", "cpu_smoke", *args, "--out", str(run)]
+    script = f'{" ".join(map(repr, command))}; rc=$?; cat {run}/train.log >&2; exit $rc'
+    done = subprocess.run(
+        small_tmpfs(mount, "2m", ["sh", "-c", script]), capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py")}, cwd=REPO,
+    )
+    console, _, log = done.stderr.partition("$ ")  # train.log starts with the command it ran
+    assert done.returncode not in (0, 99), done.stderr
+    assert "Traceback" not in console, console
+    (line,) = [text for text in console.splitlines() if text.startswith("trnf: error:")]
+    assert line.startswith(f"trnf: error: training stopped: disk full writing the final checkpoint {run / 'final'}: it needs about")
+    assert f"(traceback in {run / 'train.log'})" in line and "once that is fixed, start it again with `trnf train cpu_smoke" in line
+    assert "Traceback (most recent call last)" in log and log.rstrip().splitlines()[-1].startswith("error: disk full writing")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_run import run_cli
+from tests.tmpfs import small_tmpfs, tmpfs_or_skip
 from trnfrontier.verify import archive as verify_archive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,26 +64,12 @@ def test_verify_with_a_full_temp_disk_does_not_call_the_archive_corrupt(
     assert "corrupt" not in err + out
 
 
-def _small_tmpfs(mount: Path, size: str, argv: list[str]) -> list[str]:
-    """``argv`` run with a ``size`` tmpfs on ``mount``, in a private mount namespace (gone
-    with the command); afterwards it lists what the tmpfs holds, on stdout."""
-    script = f'mount -t tmpfs -o size={size} tmpfs "{mount}" || exit 99; "$@"; rc=$?; ls -A "{mount}"; exit $rc'
-    return ["unshare", "-m", "sh", "-c", script, "sh", *argv]
-
-
-def _tmpfs_or_skip(mount: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("mounting a small tmpfs needs root and unshare(1); the injected-ENOSPC tests cover this")
-    if subprocess.run(_small_tmpfs(mount, "64k", ["true"]), capture_output=True).returncode != 0:
-        pytest.skip("mount namespaces are not permitted here; the injected-ENOSPC tests cover this")
-
-
 def test_package_onto_a_real_full_tmpfs(run_copy: Path, tmp_path: Path) -> None:
     mount = tmp_path / "small"
     mount.mkdir()
-    _tmpfs_or_skip(mount)
+    tmpfs_or_skip(mount)
     command = [sys.executable, "-m", "trnfrontier", "package", str(run_copy), "-o", str(mount / "s.tar"), "--force"]
-    done = subprocess.run(_small_tmpfs(mount, "256k", command), capture_output=True, text=True, timeout=600, cwd=REPO)
+    done = subprocess.run(small_tmpfs(mount, "256k", command), capture_output=True, text=True, timeout=600, cwd=REPO)
     line = _one_error_line(done.stderr)
     assert done.returncode not in (0, 99) and "disk full writing the archive" in line, done.stderr
     assert done.stdout.strip() == ""  # the tmpfs is empty: nothing half-written
@@ -92,10 +78,10 @@ def test_package_onto_a_real_full_tmpfs(run_copy: Path, tmp_path: Path) -> None:
 def test_verify_with_a_real_full_temp_tmpfs(archive: Path, tmp_path: Path) -> None:
     mount = tmp_path / "small_tmp"
     mount.mkdir()
-    _tmpfs_or_skip(mount)
+    tmpfs_or_skip(mount)
     command = [sys.executable, "-m", "trnfrontier", "verify", str(archive)]
     env = {**os.environ, "TMPDIR": str(mount)}
-    done = subprocess.run(_small_tmpfs(mount, "256k", command), capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    done = subprocess.run(small_tmpfs(mount, "256k", command), capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
     line = _one_error_line(done.stderr)
     assert done.returncode not in (0, 99) and "disk full writing verify's copy" in line, done.stderr
     assert "corrupt" not in done.stderr

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # A read-only --out, a full disk, a folder without permission: the path and what to
         # do, not a traceback. Other OSErrors are bugs and keep theirs.
-        from trnfrontier.fs_errors import describe, is_user_facing
+        from trnfrontier.runtime.faults import describe, is_user_facing
 
         if not is_user_facing(exc):
             raise

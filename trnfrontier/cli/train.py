@@ -139,8 +139,9 @@ def _recipe_run(
         print_json(summary)
     else:
         out().print(summary_table(summary))
-    problem = failure_message(summary, plan.run_dir)
+    rerun = _rerun_command(recipe, extras, plan.run_dir, nproc, lnc) if not plan.resume else None
+    problem = failure_message(summary, plan.run_dir, rerun)
     if problem is not None:
-        if summary.get("status") == CRASHED:
-            err().print(Text(tail_log(plan.run_dir), style="dim"))  # the worker's last words
+        if summary.get("status") == CRASHED and not summary.get("expected_fault"):
+            err().print(Text(tail_log(plan.run_dir), style="dim"))  # a bug: the worker's last words
         raise TrnfError(problem)

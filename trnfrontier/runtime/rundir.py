@@ -93,7 +93,7 @@ def exit_code_for(status: str | None) -> int:
 class RunSummary(TypedDict, total=False):
     """summary.json. A completed or diverged recipe run has every key below except
     ``error``, ``run_dir`` and ``exit_code``; a crashed run only ``name``, ``status``, ``error``, ``val_bpb``,
-    ``last_good_checkpoint`` (+ ``versions`` when the trainer wrote it); kit runs add keys
+    ``last_good_checkpoint`` (+ ``versions`` when the trainer wrote it, ``expected_fault`` for a fault); kit runs add keys
     of their own. The parent process adds ``run_dir`` and ``exit_code`` to what it returns."""
 
     name: str | None
@@ -132,6 +132,9 @@ class RunSummary(TypedDict, total=False):
     final_checkpoint: str | None
     diverged_step: int | None
     last_good_checkpoint: str | None
+    # A crash the user can act on (disk full, read-only folder, damaged checkpoint, ...):
+    # ``error`` is its one line; the traceback is only in train.log (runtime/faults.py).
+    expected_fault: bool
     resumed_from: str | None
     run_dir: str
     exit_code: int
@@ -172,6 +175,7 @@ def write_crash_summary(
     last_good_checkpoint: str | os.PathLike[str] | None,
     versions: dict[str, str | None] | None = None,
     status: RunStatus = CRASHED,
+    expected_fault: bool = False,
 ) -> dict[str, Any]:
     """Write (atomically) and return the summary of a run that crashed: what went wrong and
     what can be resumed. The trainer writes it for an exception it saw; ``trnf train``
@@ -185,5 +189,7 @@ def write_crash_summary(
     }
     if versions is not None:
         summary["versions"] = versions
+    if expected_fault:
+        summary["expected_fault"] = True
     atomic_write_json(Path(run_dir) / SUMMARY_FILE, summary)
     return summary

@@ -46,6 +46,7 @@ from trnfrontier.runtime import (
 from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
+from trnfrontier.runtime.faults import fault_line
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, batch_lr_scale, build_optimizers
@@ -735,14 +736,18 @@ def _warn(message: str) -> None:
 
 
 def _write_crash_summary(out_dir: Path, recipe: ResolvedRecipe, exc: BaseException) -> None:
-    """A crashed run still leaves a summary naming what went wrong (no traceback parsing)."""
+    """A crashed run still leaves a summary naming what went wrong (no traceback parsing);
+    ``expected_fault`` tells a fault the user can act on (its one line is the whole
+    story) from a bug (whose traceback the user needs to see)."""
+    line = fault_line(exc)
     try:
         write_crash_summary(
             out_dir,
             name=recipe.name,
-            error=f"{type(exc).__name__}: {exc}",
+            error=line or f"{type(exc).__name__}: {exc}",
             last_good_checkpoint=latest_checkpoint(out_dir),
             versions=versions(),
+            expected_fault=line is not None,
         )
     except OSError:
         pass

@@ -26,6 +26,7 @@ from rich.table import Table
 from trnfrontier import processes
 from trnfrontier.console import err
 from trnfrontier.errors import TrnfError
+from trnfrontier.hints import trnf_line
 from trnfrontier.runtime import runlock
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
@@ -316,8 +317,10 @@ def _fresh_summary(run_dir: Path, previous_mtime_ns: int | None) -> bool:
         return False
 
 
-def failure_message(summary: dict[str, Any], run_dir: Path) -> str | None:
-    """One line for a run that did not complete (None when it did)."""
+def failure_message(summary: dict[str, Any], run_dir: Path, rerun: str | None = None) -> str | None:
+    """One line for a run that did not complete (None when it did), ending with the next
+    step that works: ``--resume`` from its checkpoint, else ``rerun`` (the command that
+    started it, which starts it again in the same folder)."""
     status = summary.get("status")
     if status == COMPLETED:
         return None
@@ -328,11 +331,16 @@ def failure_message(summary: dict[str, Any], run_dir: Path) -> str | None:
             f"last good checkpoint: {where}. Lower the LRs, or resume with `trnf train --resume {run_dir}`"
         )
     detail = summary.get("error") or "unknown error"
-    hint = (
-        f"; resume with `trnf train --resume {run_dir}`"
-        if summary.get("last_good_checkpoint")
-        else ""
-    )
+    fault = bool(summary.get("expected_fault"))  # its one line is the whole story
+    when = "once that is fixed, " if fault else ""
+    if summary.get("last_good_checkpoint"):
+        hint = f"; {when}resume with `{trnf_line('train', '--resume', str(run_dir))}`"
+    elif rerun:
+        hint = f"; {when}start it again with `{rerun}` (no checkpoint to resume)"
+    else:
+        hint = ""
+    if fault:
+        return f"training stopped: {detail} (traceback in {run_dir / LOG_FILE}){hint}"
     return f"training {status}: {detail} (log: {run_dir / LOG_FILE}){hint}"
 
 

@@ -1,14 +1,21 @@
-"""A filesystem failure as one line: which path, what the system said, what to do.
+"""Faults a user can act on, as one line: which path, what the system said, what to do.
 
-``trnf`` catches an ``OSError`` that escapes a command at its error boundary and prints
-``describe(exc)`` instead of a traceback. Library code that writes stays responsible for
-writing whole files or nothing (``trnfrontier.runtime.atomic``); this module only words
-the failure.
+Two callers. ``trnf`` catches an ``OSError`` that escapes a command at its error boundary
+and prints ``describe(exc)`` instead of a traceback. The trainer (``fault_line``) tells
+an expected fault (a full disk, a read-only or forbidden folder, a damaged checkpoint,
+another live writer, memory exhausted) from a bug: the first ends the run with its one
+line on the console and its traceback only in the run's log; a bug keeps its traceback
+in view. Library code that writes stays responsible for writing whole files or nothing
+(``atomic``); this module only words the failure. Runtime layer: standard library only.
 """
 
 from __future__ import annotations
 
 import errno
+
+from trnfrontier.runtime.atomic import DiskFullError
+from trnfrontier.runtime.integrity import DamagedFileError
+from trnfrontier.runtime.runlock import RunLockedError
 
 # errno -> what the user can do about it.
 _ADVICE = {
@@ -43,3 +50,18 @@ def describe(exc: OSError) -> str:
     advice = _ADVICE.get(exc.errno or 0, "")
     head = f"{where}: {reason}" if where else reason
     return f"{head}; {advice}" if advice else head
+
+
+def fault_line(exc: BaseException) -> str | None:
+    """The one line for an expected fault, or None when ``exc`` is a bug (keep its traceback).
+
+    Expected: a filesystem failure the user can act on (``is_user_facing``; a full disk's
+    ``DiskFullError`` already says how much it needs), a damaged or locked run directory
+    (their messages name the file and the way out), memory exhausted."""
+    if isinstance(exc, (DamagedFileError, RunLockedError)):
+        return str(exc)
+    if isinstance(exc, MemoryError):
+        return "out of memory (host RAM); lower data.batch_size or the model size, or free memory"
+    if isinstance(exc, OSError) and is_user_facing(exc):
+        return str(exc) if isinstance(exc, DiskFullError) else describe(exc)
+    return None
