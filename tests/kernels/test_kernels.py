@@ -162,7 +162,9 @@ def test_rope_qknorm_reference_vs_float64_and_model() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("normalize", [True, False])
-@pytest.mark.parametrize("shape", [(1, 1, 5, 8), (2, 3, 130, 32), (1, 2, 128, 128)])
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 5, 8), (2, 3, 130, 32), (1, 2, 128, 128), (1, 2, 300, 16)]
+)  # the last: a group of two positions per partition, then a ragged tail
 def test_rope_qknorm_kernel_vs_reference(
     kernel, dtype: str, normalize: bool, shape: tuple[int, ...]
 ) -> None:

@@ -200,8 +200,8 @@ def test_cross_entropy_group_rows_must_match_the_stats_layout() -> None:
 
 ROPE_SWAPPED_ANGLES = [
     (
-        "    c = cs[0:rows, :].expand_dim(1).broadcast(1, heads)",
-        "    c = sn[0:rows, :].expand_dim(1).broadcast(1, heads)",
+        "    c = cs[0:parts].expand_dim(2).broadcast(2, heads)",
+        "    c = sn[0:parts].expand_dim(2).broadcast(2, heads)",
     )
 ]
 

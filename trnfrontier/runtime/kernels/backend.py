@@ -282,9 +282,11 @@ def supports_rope_qknorm(shape: tuple[int, ...], dtype: object, t_angles: int) -
         return f"head dim {d} is odd"
     if t_angles < shape[2]:
         return f"cos/sin cover {t_angles} positions < T={shape[2]}"
-    # a tile holds all heads of 128 positions: x, dy, out (float32 at most) and the
-    # backward's float32 work tiles over all heads (z, dz, prod, a and the two half-tiles)
-    need = 3 * shape[1] * d * 4 + 5 * shape[1] * d * 4
+    # a work item holds g positions x all heads per partition (kernels/rope_qknorm.py,
+    # GROUP_ELEMS): x, dy, out (float32 at most) and the backward's float32 work tiles
+    # (z, dz, prod and the two half-tiles)
+    per_position = shape[1] * d
+    need = 8 * 4 * max(1, 4096 // per_position) * per_position
     if need > SBUF_BYTES_PER_PARTITION * 3 // 4:
         return f"{shape[1]} heads x {d} need {need} bytes of SBUF per partition"
     return _dtype_ok(dtype)
