@@ -21,15 +21,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from trnfrontier.contract.kit import ENV_PREFIX
 from trnfrontier.runtime.data_home import HOME_ENV, data_home
 
 __all__ = ["DIAGNOSTICS", "child_env", "data_env", "data_home", "diagnostics_env"]
 
 # Forwarded as they are when set: the prepared dataset to read, the trusted prepare.py.
 FORWARDED = ("TRNF_DATASET", "TRNF_PREPARE")
-# The organisers' variables (KIT-CONTRACT.md): their prepare.py's data root and step log,
-# their train.py's flag defaults (NUM_STEPS, EVAL_PUBLIC, ...). All forwarded when set.
-KIT_PREFIX = "NEURON_COMPETITION_R1_"
 # Set for every child unless the environment being built says otherwise.
 DIAGNOSTICS = {"PYTHONFAULTHANDLER": "1"}
 
@@ -42,7 +40,9 @@ def data_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     for name in FORWARDED:
         if environ.get(name):
             env[name] = environ[name]
-    env.update({k: v for k, v in environ.items() if k.startswith(KIT_PREFIX)})
+    # The organisers' variables (contract.kit): their prepare.py's data root and step log,
+    # their train.py's flag defaults (NUM_STEPS, EVAL_PUBLIC, ...). All forwarded when set.
+    env.update({k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)})
     return env
 
 

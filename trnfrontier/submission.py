@@ -54,12 +54,13 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trnfrontier.contract.kit import LAUNCH_FILE
 from trnfrontier.runtime.atomic import DiskFullError, fsync_dir, is_disk_full
 
 FORMAT = "trnf-submission/1"
 
 TRAIN_PY = "train.py"
-LAUNCH_TXT = "launch.txt"
+LAUNCH_TXT = LAUNCH_FILE  # the organisers' launch line, as they name it
 MANIFEST = "manifest.json"
 WRITEUP = "WRITEUP.md"
 LOSS_CURVE = "loss_curve.png"

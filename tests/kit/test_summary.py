@@ -8,9 +8,9 @@ from types import ModuleType
 
 import pytest
 
+from trnfrontier.contract.budget import account_log
 from trnfrontier.kit import summary
 from trnfrontier.kit.logs import PrintedRun
-from trnfrontier.verify.budget import account_log
 
 
 def _step_log(path: Path, start: float, times: list[float], stale: bool = False) -> Path:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import trnfrontier.runtime
-from trnfrontier.allowed_imports import RUNTIME_PACKAGES
+from trnfrontier.contract.allowed_imports import RUNTIME_PACKAGES
 
 RUNTIME_DIR = Path(trnfrontier.runtime.__file__).parent
 TOOL_PACKAGES = {"typer", "rich", "pydantic", "yaml", "click"}
@@ -58,7 +58,7 @@ def test_importing_the_runtime_loads_no_tool_package() -> None:
 
 def test_the_runtime_passes_the_submission_screen_imports() -> None:
     """The runtime is shipped in submissions: what it may import, the screen must accept
-    (one allow-list, trnfrontier.allowed_imports, for both)."""
+    (one allow-list, trnfrontier.contract.allowed_imports, for both)."""
     from trnfrontier.verify.screen import screen_source
 
     flagged = []

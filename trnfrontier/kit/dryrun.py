@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trnfrontier.contract.kit import NUM_STEPS_ENV
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
 from trnfrontier.progress import Steps
@@ -170,7 +171,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
         report.failure_log = work / "logs" / "console.log"
         report.failure_tail = logs.tail(report.failure_log)
         why = (f"still running after {timeout:g} s (process tree killed): does train.py stop after "
-               f"{DRY_RUN_STEPS_ENV}={steps} (the kit: NEURON_COMPETITION_R1_NUM_STEPS) steps?")
+               f"{DRY_RUN_STEPS_ENV}={steps} (the kit: {NUM_STEPS_ENV}) steps?")
     if missing or not boundaries:
         detail = (f"rank(s) {', '.join(map(str, missing))} never started" if missing
                   else why if (crashed or outcome.timed_out) else "no step boundary recorded: train.py never called prepare.record_step_boundary()")
@@ -182,7 +183,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
         return report.skip_rest()
     # record_step_boundary takes the 0-based index: the last index + 1 steps completed.
     report.add("steps", True, f"all {nproc} rank(s) {exited}; step log recorded {boundaries[-1][0] + 1} steps "
-                               f"({DRY_RUN_STEPS_ENV} = NEURON_COMPETITION_R1_NUM_STEPS = {steps}); step lines printed: {_rank_steps(rank_logs)}")
+                               f"({DRY_RUN_STEPS_ENV} = {NUM_STEPS_ENV} = {steps}); step lines printed: {_rank_steps(rank_logs)}")
 
     checkpoint = find_checkpoint(run_dir)
     if checkpoint is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trnfrontier import processes
-from trnfrontier.verify.launch import launch_line
+from trnfrontier.contract.launch import launch_line
 
 TERM_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.5

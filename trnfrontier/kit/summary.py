@@ -1,7 +1,7 @@
 """summary.json and metrics.jsonl for a kit-mode run, under the names recipe runs use.
 
 The budget numbers come from the step-boundary log through the organisers' own
-``prepare.budget_accounting`` (``trnfrontier.verify.budget.account_log``). Per-step
+``prepare.budget_accounting`` (``trnfrontier.contract.budget.account_log``). Per-step
 ``charged_seconds`` in metrics.jsonl apply the same rule at each boundary: until the
 startup boundary everything elapsed is startup (excluded up to the cap), after it the
 excluded part is fixed.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.contract.budget import read_boundaries
 from trnfrontier.kit.logs import PrintedRun
 from trnfrontier.runtime.budget_rule import STARTUP_CAP_SECONDS
 from trnfrontier.runtime.metrics import MetricsWriter
-from trnfrontier.verify.budget import read_boundaries
 
 # Summary fields a recipe run has that a kit run can only learn from what the script prints.
 PRINTED_FIELDS = ("final_loss", "tokens_per_second", "mfu", "tokens", "params", "reported_val_bpb")

@@ -35,6 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.child_env import child_env
+from trnfrontier.contract.budget import account_log
+from trnfrontier.contract.kit import CHECKPOINT as KIT_CHECKPOINT
+from trnfrontier.contract.kit import ENV_PREFIX, LAUNCH_FILE
+from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
+from trnfrontier.contract.launch import LNC_CHOICES, NPROC_CHOICES, choices_text
 from trnfrontier.errors import UsageError
 from trnfrontier.hints import trnf_line
 from trnfrontier.kit import launch, logs, preflight, summary
@@ -58,9 +63,6 @@ from trnfrontier.runtime.rundir import (
 )
 from trnfrontier.runtime.trainer import versions
 from trnfrontier.trusted_prepare import TrustedContract, load_contract, recorded_tokenizer_sha256
-from trnfrontier.verify.budget import account_log
-from trnfrontier.verify.dryrun import KIT_CHECKPOINT, KIT_STEP_LOG_ENV
-from trnfrontier.verify.launch import LNC_CHOICES, NPROC_CHOICES
 
 # Where a kit script's checkpoint is looked for, relative to its directory: the kit's
 # out/final.pt (KIT_CHECKPOINT) first, else the newest *.pt written during the run this deep.
@@ -101,9 +103,9 @@ def validate_shape(nproc: int, lnc: int) -> list[str]:
     if nproc < 1:
         raise UsageError(f"--nproc {nproc}: needs at least one process")
     if lnc not in LNC_CHOICES:
-        raise UsageError(f"--lnc {lnc}: NEURON_LOGICAL_NC_CONFIG is 1 or 2")
+        raise UsageError(f"--lnc {lnc}: NEURON_LOGICAL_NC_CONFIG is {choices_text(LNC_CHOICES)}")
     if nproc not in NPROC_CHOICES:
-        return [f"--nproc {nproc} is not a valid submission launch (nproc_per_node is 1, 4 or 8); fine for a local run"]
+        return [f"--nproc {nproc} is not a valid submission launch (nproc_per_node is {choices_text(NPROC_CHOICES)}); fine for a local run"]
     return []
 
 
@@ -161,7 +163,7 @@ def _checkpoint_facts(path: Path | None) -> dict[str, Any]:
     """params and non-finite tensors from a kit-layout final.pt (read with weights_only=True)."""
     if path is None:
         return {}
-    from trnfrontier.verify.checkpoint import CheckpointError, scan_final_pt
+    from trnfrontier.contract.checkpoint import CheckpointError, scan_final_pt
 
     try:
         scanned = scan_final_pt(path)
@@ -214,7 +216,7 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
         python=sys.executable, script=script, nproc=options.nproc, lnc=options.lnc, args=options.args,
         cwd=script.parent, env=env, log_dir=run_dir / "logs" / "torchrun",
     )
-    (run_dir / "launch.txt").write_text(plan.organisers + "\n", encoding="utf-8")
+    (run_dir / LAUNCH_FILE).write_text(plan.organisers + "\n", encoding="utf-8")
     atomic_write_json(run_dir / "launch.json", {
         "organisers": plan.organisers, "argv": plan.argv, "cwd": str(plan.cwd),
         "env": _environment_record(plan), "timeout_seconds": options.timeout,
@@ -314,7 +316,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "diverged_step": printed.non_finite_loss_step(),
         "kit_summary": printed.block,  # the `---` block train.py printed (public_val_bpb, num_steps, ...)
         # The organisers' knobs the run was launched with (EVAL_TOKENS sets what its in-process eval scored).
-        "kit_env": {k: v for k, v in plan.env.items() if k.startswith("NEURON_COMPETITION_R1_") and not k.endswith("_STEP_LOG")},
+        "kit_env": {k: v for k, v in plan.env.items() if k.startswith(ENV_PREFIX) and k != KIT_STEP_LOG_ENV},
     }
     if accounting and document["budget_seconds"] is None:  # a budget_accounting that omits it
         document["budget_seconds"] = budget_rule.budget_of(contract.module)[0]

@@ -21,6 +21,14 @@ from typing import Any
 
 from trnfrontier import __version__
 from trnfrontier import submission as fmt
+from trnfrontier.contract.launch import (
+    NPROC_CHOICES,
+    LaunchError,
+    choices_text,
+    launch_line,
+    parse_launch,
+)
+from trnfrontier.contract.pins import load_pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.finished_run import RunDir, checkpoint_params, read_run, refusal_reasons
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
@@ -33,8 +41,6 @@ from trnfrontier.packaging.writeup import (
 )
 from trnfrontier.runtime.rundir import KIT_FILE, META_FILE, MODEL_FILE, SUMMARY_FILE, read_jsonl
 from trnfrontier.trusted_prepare import project_root_file
-from trnfrontier.verify.launch import NPROC_CHOICES, LaunchError, launch_line, parse_launch
-from trnfrontier.verify.pins import load_pins
 from trnfrontier.verify.screen import screen_members
 
 BASELINE_RECIPE = "baseline_d10"
@@ -62,11 +68,11 @@ class PackageResult:
 
 
 def launch_for(runtime: dict[str, Any]) -> str:
-    """The organisers' launch line for a recipe's runtime section (nproc must be 1, 4 or 8)."""
+    """The organisers' launch line for a recipe's runtime section (nproc one of NPROC_CHOICES)."""
     nproc, lnc = int(runtime.get("nproc", 1)), int(runtime.get("lnc", 2))
     if nproc not in NPROC_CHOICES:
         raise TrnfError(
-            f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node 1, 4 or 8; retrain with one of those"
+            f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node {choices_text(NPROC_CHOICES)}; retrain with one of those"
         )
     return launch_line(nproc, lnc)
 

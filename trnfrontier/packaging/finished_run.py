@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.contract.budget import account_log
+from trnfrontier.contract.checkpoint import CheckpointError, scan_safetensors
+from trnfrontier.contract.pins import Pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.runtime.integrity import DamagedFileError, check_directory
@@ -29,9 +32,6 @@ from trnfrontier.runtime.rundir import (
     SUMMARY_FILE,
 )
 from trnfrontier.runtime.runlock import live_writer
-from trnfrontier.verify.budget import account_log
-from trnfrontier.verify.checkpoint import CheckpointError, scan_safetensors
-from trnfrontier.verify.pins import Pins
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 
 from trnfrontier import submission as fmt
+from trnfrontier.contract.kit import EVAL_TOKENS_ENV
+from trnfrontier.contract.pins import load_pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.build import (
     PackageResult,
@@ -45,7 +47,6 @@ from trnfrontier.runtime.rundir import (
     SUMMARY_FILE,
 )
 from trnfrontier.runtime.safetensors_io import write_safetensors
-from trnfrontier.verify.pins import load_pins
 
 NOT_SHIPPED = frozenset({"prepare", "train"})
 
@@ -213,7 +214,7 @@ def _kit_block_score(summary: dict[str, Any]) -> dict[str, Any] | None:
     # was launched with, else the kit's default; the context only when printed (else
     # unknown, and `trnf verify --rerun-eval` says the claim lacks it).
     env = summary.get("kit_env") or {}
-    tokens = block.get("eval_tokens") or env.get("NEURON_COMPETITION_R1_EVAL_TOKENS") or constant(None, "EVAL_TOKENS_PUBLIC")
+    tokens = block.get("eval_tokens") or env.get(EVAL_TOKENS_ENV) or constant(None, "EVAL_TOKENS_PUBLIC")
     return {
         "val_bpb": float(value),
         "eval_tokens": int(tokens),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trnfrontier import submission as fmt
+from trnfrontier.contract.kit import LAUNCH_FILE
 from trnfrontier.errors import TrnfError
 from trnfrontier.packaging.build import add_writeup, launch_for, summary_facts
 from trnfrontier.packaging.trainpy import uses_kernels
@@ -17,15 +18,11 @@ from trnfrontier.packaging.writeup import team_part
 from trnfrontier.runtime.atomic import atomic_write_bytes
 from trnfrontier.runtime.rundir import METRICS_FILE, RECIPE_FILE, read_summary
 
-WRITEUP_FILE = fmt.WRITEUP
-KIT_LAUNCH_FILE = "launch.txt"  # what `trnf train --train-py` records beside its run
-LOSS_CURVE_FILE = fmt.LOSS_CURVE
-
 
 def existing_team_text(run_dir: Path) -> str | None:
     """The team's part of the run directory's WRITEUP.md (None when there is none)."""
     try:
-        return team_part((run_dir / WRITEUP_FILE).read_text(encoding="utf-8"))
+        return team_part((run_dir / fmt.WRITEUP).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -48,7 +45,7 @@ def write_run_report(run_dir: Path) -> list[Path]:
         launch, kernels, source = launch_for(recipe["runtime"]), uses_kernels(recipe), f"run directory {run_dir.name}"
     else:  # a kit run (`trnf train --train-py`): the team's train.py, the launch line it ran with
         try:
-            launch = (run_dir / KIT_LAUNCH_FILE).read_text(encoding="utf-8").strip()
+            launch = (run_dir / LAUNCH_FILE).read_text(encoding="utf-8").strip()
         except OSError:
             launch = "unknown"
         kernels, source = [], f"kit run {run_dir.name}"
@@ -60,7 +57,7 @@ def write_run_report(run_dir: Path) -> list[Path]:
         members, facts, recipe, run_dir / METRICS_FILE, [], existing_team_text(run_dir), keep_marker=True
     )
     written = []
-    for name in (LOSS_CURVE_FILE, WRITEUP_FILE):
+    for name in (fmt.LOSS_CURVE, fmt.WRITEUP):
         data = members.get(name)
         if isinstance(data, bytes):
             atomic_write_bytes(run_dir / name, data)

@@ -39,25 +39,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trnfrontier.child_env import child_env
+from trnfrontier.contract import kit
+from trnfrontier.contract.budget import BudgetLogError, read_boundaries
 from trnfrontier.kit import logs
 from trnfrontier.runtime import exit_settle
-from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR, STEP_LOG_ENV, STEP_LOG_FILE
+from trnfrontier.runtime.data_home import KIT_CACHE_DIR_ENV
+from trnfrontier.runtime.rundir import STEP_LOG_ENV, STEP_LOG_FILE
 from trnfrontier.submission import code_members, member_path
 from trnfrontier.verify import sandbox
-from trnfrontier.verify.budget import BudgetLogError, read_boundaries
 from trnfrontier.verify.served import ServedModel, ServerError
 
 ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
 OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
 DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
-# Where a kit-style train.py writes its checkpoint, relative to its directory.
-KIT_CHECKPOINT = Path(KIT_OUT_DIR) / KIT_FILE
-# Where TRNF_STEP_LOG points prepare.record_step_boundary, relative to the run directory.
-STEP_LOG = STEP_LOG_FILE
-# Where the organisers' prepare.py keeps data and tokenizer (KIT-CONTRACT).
-KIT_CACHE_ENV = "NEURON_COMPETITION_R1_CACHE_DIR"
-KIT_ENV_PREFIX = "NEURON_COMPETITION_R1_"
-KIT_STEP_LOG_ENV = "NEURON_COMPETITION_R1_STEP_LOG"
 
 
 def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = None) -> dict[str, str]:
@@ -68,11 +62,11 @@ def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = 
     unless the team set them (a CPU dry run cannot compile for Neuron, and 2M eval tokens
     would take longer than the run), and the step log goes where trnf reads it."""
     source = os.environ if parent is None else parent
-    env = {k: v for k, v in source.items() if k.startswith(KIT_ENV_PREFIX)}
-    env[f"{KIT_ENV_PREFIX}NUM_STEPS"] = str(steps)
-    env.setdefault(f"{KIT_ENV_PREFIX}EVAL_PUBLIC", "0")
-    env.setdefault(f"{KIT_ENV_PREFIX}COMPILE", "0")
-    env[KIT_STEP_LOG_ENV] = str(step_log)
+    env = {k: v for k, v in source.items() if k.startswith(kit.ENV_PREFIX)}
+    env[kit.NUM_STEPS_ENV] = str(steps)
+    env.setdefault(kit.EVAL_PUBLIC_ENV, "0")
+    env.setdefault(kit.COMPILE_ENV, "0")
+    env[kit.STEP_LOG_ENV] = str(step_log)
     return env
 
 
@@ -162,11 +156,11 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
         DRY_RUN_STEPS_ENV: str(steps),
         "TRNF_DEVICE": "cpu",
         "TRNF_DIST_BACKEND": "gloo",
-        STEP_LOG_ENV: str(run_dir / STEP_LOG),
+        STEP_LOG_ENV: str(run_dir / STEP_LOG_FILE),
     }
     # The kit's knobs and step log; its data comes through NEURON_COMPETITION_R1_CACHE_DIR
     # (bound read-only in the jail, see data_paths).
-    env.update(kit_dry_run_env(steps, run_dir / STEP_LOG))
+    env.update(kit_dry_run_env(steps, run_dir / STEP_LOG_FILE))
     # The data a train.py reads comes through prepare.py, which finds it through TRNF_HOME:
     # forwarded even when unset here, since HOME above is not the user's (child_env).
     return child_env(env)
@@ -181,8 +175,8 @@ def data_paths(env: dict[str, str]) -> tuple[Path, ...]:
     if env.get("TRNF_HOME"):
         home = Path(env["TRNF_HOME"]).expanduser().resolve()
         found += [home / "datasets", home / "active", home / "data", home / "tokenizer"]
-    if env.get(KIT_CACHE_ENV):
-        found.append(Path(env[KIT_CACHE_ENV]).expanduser().resolve())
+    if env.get(KIT_CACHE_DIR_ENV):
+        found.append(Path(env[KIT_CACHE_DIR_ENV]).expanduser().resolve())
     return tuple(p for p in found if p.exists())
 
 
@@ -194,9 +188,9 @@ def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path |
 
 def find_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint a dry run wrote: the kit's out/final.pt, else the newest ``*.pt`` anywhere under ``run_dir``."""
-    kit = run_dir / KIT_CHECKPOINT
-    if kit.is_file():
-        return kit
+    written = run_dir / kit.CHECKPOINT
+    if written.is_file():
+        return written
     found = sorted(run_dir.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
 
@@ -204,7 +198,7 @@ def find_checkpoint(run_dir: Path) -> Path | None:
 def logged_boundaries(run_dir: Path) -> list[tuple[int, float]]:
     """(step, time) of each boundary the dry run's last process recorded; none when the log is absent or unreadable."""
     try:
-        return read_boundaries(run_dir / STEP_LOG)[1]
+        return read_boundaries(run_dir / STEP_LOG_FILE)[1]
     except (OSError, BudgetLogError):
         return []
 

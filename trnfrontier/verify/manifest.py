@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.submission import (
     FORMAT,
     MANIFEST,
@@ -13,7 +14,6 @@ from trnfrontier.submission import (
     is_allowed_member,
     member_path,
 )
-from trnfrontier.verify.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.verify.report import Check, failed, passed
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

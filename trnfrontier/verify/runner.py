@@ -21,12 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from trnfrontier import submission as fmt
-from trnfrontier.errors import TrnfError
-from trnfrontier.progress import Steps
-from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
-from trnfrontier.verify import sandbox
-from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
-from trnfrontier.verify.budget import (
+from trnfrontier.contract.budget import (
     BudgetLogError,
     account,
     cross_check,
@@ -34,17 +29,22 @@ from trnfrontier.verify.budget import (
     resumed_charge,
     trainer_log_charge,
 )
-from trnfrontier.verify.checkpoint import (
+from trnfrontier.contract.checkpoint import (
     CheckpointError,
     first_difference,
     scan_final_pt,
     scan_safetensors,
 )
+from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
+from trnfrontier.contract.launch import Launch, LaunchError, parse_launch
+from trnfrontier.contract.pins import Pin, load_pins
+from trnfrontier.errors import TrnfError
+from trnfrontier.progress import Steps
+from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
+from trnfrontier.verify import sandbox
+from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
 from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV, dry_run
-from trnfrontier.verify.jsonstrict import StrictJSONError, strict_loads
-from trnfrontier.verify.launch import Launch, LaunchError, parse_launch
 from trnfrontier.verify.manifest import check_manifest, load_manifest
-from trnfrontier.verify.pins import Pin, load_pins
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.scoring import EVAL_SEQ_LEN, TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files

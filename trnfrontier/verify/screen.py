@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trnfrontier.allowed_imports import ORGANISER_PACKAGES
+from trnfrontier.contract.allowed_imports import ORGANISER_PACKAGES
 from trnfrontier.verify.screen_bypass import bypass_findings
 
 # Modules that reach the network or start processes; never needed to train or evaluate.

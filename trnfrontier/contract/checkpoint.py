@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from trnfrontier.verify.jsonstrict import StrictJSONError, strict_loads
+from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
 
 _CHUNK_BYTES = 16 << 20
 _MAX_HEADER_BYTES = 100 << 20

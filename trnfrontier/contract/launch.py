@@ -16,15 +16,28 @@ import re
 import shlex
 from dataclasses import dataclass
 
-_SHELL_SPECIAL = set("$`\\\"'#*?[]{}~!")
-_ENV = re.compile(r"^NEURON_LOGICAL_NC_CONFIG=([12])$")
-_NPROC = re.compile(r"^--nproc_per_node=([148])$")
-# The values the two patterns above accept (what trnf train / package / init check against).
+# Phase 1's launch shapes (one Trainium2 chip): NEURON_LOGICAL_NC_CONFIG and
+# nproc_per_node. The grammar below and trnf train / package / init check against these.
 LNC_CHOICES = (1, 2)
 NPROC_CHOICES = (1, 4, 8)
 
+_SHELL_SPECIAL = set("$`\\\"'#*?[]{}~!")
+_ENV = re.compile(rf"^NEURON_LOGICAL_NC_CONFIG=({'|'.join(map(str, LNC_CHOICES))})$")
+_NPROC = re.compile(rf"^--nproc_per_node=({'|'.join(map(str, NPROC_CHOICES))})$")
 
-def launch_line(nproc: int, lnc: int, script: str = "train.py") -> str:
+
+def _alternatives(choices: tuple[int, ...]) -> str:
+    """``<1|4|8>``: the choices as the grammar's summary writes them."""
+    return f"<{'|'.join(map(str, choices))}>"
+
+
+def choices_text(choices: tuple[int, ...], last: str = " or ") -> str:
+    """``1, 4 or 8``: the choices as a message names them."""
+    words = [str(c) for c in choices]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])}{last}{words[-1]}"
+
+
+def launch_line(nproc: int | str, lnc: int | str, script: str = "train.py") -> str:
     """The launch command as the organisers write it (``script`` other than train.py only for local runs)."""
     return f"NEURON_LOGICAL_NC_CONFIG={lnc} torchrun --standalone --nproc_per_node={nproc} {script}"
 
@@ -56,20 +69,20 @@ def parse_launch(text: str) -> Launch:
     operators = [t for t in tokens if t and set(t) <= set("();<>|&")]
     if operators:
         raise LaunchError(f"launch line contains {operators[0]!r} (pipes, redirects, chaining and backgrounding are not allowed)")
-    expected = "NEURON_LOGICAL_NC_CONFIG=<1|2> torchrun --standalone --nproc_per_node=<1|4|8> train.py"
+    expected = launch_line(_alternatives(NPROC_CHOICES), _alternatives(LNC_CHOICES))
     if len(tokens) != 5:
         raise LaunchError(f"launch line has {len(tokens)} words, expected exactly: {expected}")
     env, exe, standalone, nproc, script = tokens
     env_match = _ENV.match(env)
     if not env_match:
-        raise LaunchError(f"first word {env!r} must be NEURON_LOGICAL_NC_CONFIG=1 or =2 (and no other variable)")
+        raise LaunchError(f"first word {env!r} must be NEURON_LOGICAL_NC_CONFIG={choices_text(LNC_CHOICES, ' or =')} (and no other variable)")
     if exe != "torchrun":
         raise LaunchError(f"launcher {exe!r} must be torchrun")
     if standalone != "--standalone":
         raise LaunchError(f"expected --standalone after torchrun, got {standalone!r}")
     nproc_match = _NPROC.match(nproc)
     if not nproc_match:
-        raise LaunchError(f"{nproc!r} must be --nproc_per_node=1, 4 or 8")
+        raise LaunchError(f"{nproc!r} must be --nproc_per_node={choices_text(NPROC_CHOICES)}")
     if script != "train.py":
         raise LaunchError(f"the script must be train.py, got {script!r}")
     return Launch(lnc=int(env_match.group(1)), nproc=int(nproc_match.group(1)))

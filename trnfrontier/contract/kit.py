@@ -1,0 +1,35 @@
+"""The organisers' kit: the names of its variables and files, each spelled once here.
+
+Their prepare.py and train.py (``docs/kit-contract.md``) read ``NEURON_COMPETITION_R1_*``
+variables: the data root (``CACHE_DIR``), where ``record_step_boundary`` appends
+(``STEP_LOG``), and the train.py's own knobs (``NUM_STEPS``, ``EVAL_PUBLIC``,
+``EVAL_TOKENS``, ``COMPILE``, ...). A submission declares its launch in ``launch.txt``; a
+kit-style train.py writes ``out/final.pt`` beside itself.
+
+Two of these names live in the runtime, which needs them and may import nothing of the
+tool layer: ``runtime.data_home.KIT_CACHE_DIR_ENV`` (the data root) and
+``runtime.rundir.KIT_OUT_DIR`` / ``KIT_FILE`` (``out/final.pt``). They are not repeated
+here; ``CHECKPOINT`` joins them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR
+
+# Every variable of the organisers' kit starts with this; trnf forwards all of them to
+# each child (``child_env``) and records them with a kit run.
+ENV_PREFIX = "NEURON_COMPETITION_R1_"
+# Where the organisers' prepare.py appends the step boundaries (the official step log).
+STEP_LOG_ENV = f"{ENV_PREFIX}STEP_LOG"
+# The kit train.py's knobs trnf sets or reads.
+NUM_STEPS_ENV = f"{ENV_PREFIX}NUM_STEPS"
+EVAL_PUBLIC_ENV = f"{ENV_PREFIX}EVAL_PUBLIC"
+EVAL_TOKENS_ENV = f"{ENV_PREFIX}EVAL_TOKENS"
+COMPILE_ENV = f"{ENV_PREFIX}COMPILE"
+
+# The one-line launch command a submission declares (grammar: ``contract.launch``).
+LAUNCH_FILE = "launch.txt"
+# Where a kit-style train.py writes its checkpoint, relative to its own directory.
+CHECKPOINT = Path(KIT_OUT_DIR) / KIT_FILE
