@@ -67,3 +67,21 @@ def run_ranks(
 def assert_ranks_ok(results: list[tuple[int, str, str]]) -> None:
     for rank, (code, _, err) in enumerate(results):
         assert code == 0, f"rank {rank} exited {code}: {err[-3000:]}"
+
+
+def torchrun_entry(
+    recipe: Path, out: Path, nproc: int, *extra: str, env: Mapping[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc_per_node N -m trnfrontier.runtime.entry`` for a run
+    directory, as `trnf train --nproc N` starts it (with the repository's prepare.py)."""
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+         "-m", "trnfrontier.runtime.entry", "--recipe", str(recipe), "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env={**os.environ, "TRNF_PREPARE": str(repo / "prepare.py"), "OMP_NUM_THREADS": "1", **(env or {})},
+        timeout=timeout,
+        check=False,
+    )

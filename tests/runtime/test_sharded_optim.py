@@ -48,16 +48,16 @@ def test_clipping_from_shards_matches_clip_grad_norm(tmp_path: Path) -> None:
         ("auto", 1, 0.0, False),
         ("auto", 4, 0.0, True),
         ("auto", 4, 1.0, False),  # clipping's norm is summed in another order
-        ("on", 4, 1.0, True),
-        ("on", 1, 0.0, False),  # nothing to split
-        ("off", 8, 0.0, False),
+        (True, 4, 1.0, True),
+        (True, 1, 0.0, False),  # nothing to split
+        (False, 8, 0.0, False),
     ],
 )
-def test_optim_sharded_setting(setting: str, world: int, clip: float, expected: bool) -> None:
+def test_optim_sharded_setting(setting: bool | str, world: int, clip: float, expected: bool) -> None:
     assert resolve_sharded(setting, world, clip) is expected
     assert sharding_is_exact(world, clip) is (world > 1 and clip == 0)
 
 
 def test_unknown_setting_is_refused() -> None:
-    with pytest.raises(ValueError, match="expected auto, on or off"):
+    with pytest.raises(ValueError, match="expected true, false or auto"):
         resolve_sharded("yes", 2, 0.0)

@@ -145,6 +145,12 @@ class OptimSection(Section, spec=spec.OptimSpec):
     normuon: bool = knob(description="NorMuon: per-neuron second-moment normalisation of the update.")
     normuon_beta2: float = knob(ge=0, lt=1)
     grad_clip: float = knob(ge=0, description="Global grad-norm clip (0 disables).")
+    sharded: bool | Literal["auto"] = knob(
+        description="Split the optimizer across data-parallel ranks: gradients reduce-scattered, each rank "
+        "runs Muon and AdamW on its share only, parameters all-gathered (runtime/sharded_optim.py). The same "
+        "update bit for bit; auto: on with several ranks unless grad_clip is set (the clip's norm is then "
+        "summed in another order).",
+    )
 
     @field_validator("adam_betas", mode="before")
     @classmethod

@@ -186,11 +186,14 @@ def save_checkpoint(
     rank_states: list[dict[str, Any]],
     rank_rng: list[dict[str, torch.Tensor]],
     keep_last: int = 2,
+    optim_states: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``checkpoints/step_XXXXXX/`` atomically and keep the newest ``keep_last``.
 
     ``rank_states[r]`` is rank r's JSON-able state (data-loader state, Python/NumPy RNG);
-    ``rank_rng[r]`` its torch RNG tensors. Call on rank 0 only.
+    ``rank_rng[r]`` its torch RNG tensors. ``optim_states``: the optimizers' state dicts
+    when they are not the ``optimizers``' own (a sharded optimizer's, gathered to rank 0
+    in the same layout). Call on rank 0 only.
     """
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
@@ -201,7 +204,9 @@ def save_checkpoint(
     rng = {
         f"rank{r}.{name}": t for r, tensors in enumerate(rank_rng) for name, t in tensors.items()
     }
-    optim_state = {"optimizers": [opt.state_dict() for opt in optimizers]}
+    if optim_states is None:
+        optim_states = [opt.state_dict() for opt in optimizers]
+    optim_state = {"optimizers": optim_states}
     weights = model_state(model)
     target = write_directory(
         root / step_dir_name(step),

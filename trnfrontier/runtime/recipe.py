@@ -120,6 +120,7 @@ class OptimSpec:
     normuon: bool = False
     normuon_beta2: float = 0.95
     grad_clip: float = 0.0
+    sharded: bool | Literal["auto"] = "auto"  # sharded_optim.resolve_sharded decides "auto"
 
 
 @dataclass(frozen=True)

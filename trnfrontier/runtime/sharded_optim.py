@@ -72,14 +72,14 @@ def sharding_is_exact(world_size: int, grad_clip: float) -> bool:
     return world_size > 1 and grad_clip <= 0
 
 
-def resolve_sharded(setting: str, world_size: int, grad_clip: float) -> bool:
-    """The decision for a recipe's ``optim.sharded`` (``auto``, ``on`` or ``off``). One rank
+def resolve_sharded(setting: bool | str, world_size: int, grad_clip: float) -> bool:
+    """The decision for a recipe's ``optim.sharded`` (true, false or "auto"). One rank
     never shards: there is nothing to split."""
-    if setting not in ("auto", "on", "off"):
-        raise ValueError(f"optim.sharded={setting!r}: expected auto, on or off")
-    if world_size <= 1 or setting == "off":
+    if setting not in (True, False, "auto"):
+        raise ValueError(f"optim.sharded={setting!r}: expected true, false or auto")
+    if world_size <= 1 or setting is False:
         return False
-    return setting == "on" or sharding_is_exact(world_size, grad_clip)
+    return setting is True or sharding_is_exact(world_size, grad_clip)
 
 
 @dataclass

@@ -27,6 +27,7 @@ import torch.nn as nn
 from trnfrontier.runtime import compiling, devices, distributed
 from trnfrontier.runtime.model import GPT
 from trnfrontier.runtime.optim import clip_grad_norm
+from trnfrontier.runtime.sharded_optim import ShardedUpdate
 
 PhaseHook = Callable[[str], AbstractContextManager[None]]
 # next_batch(micro) -> (inputs, targets, data-stream state after it, or None)
@@ -51,12 +52,20 @@ class TrainLoss(nn.Module):
 
 
 def step_module(
-    model: GPT, device: torch.device, info: distributed.DistInfo, compile_model: bool
+    model: GPT,
+    device: torch.device,
+    info: distributed.DistInfo,
+    compile_model: bool,
+    *,
+    sharded: bool = False,
 ) -> tuple[nn.Module, nn.Module | None]:
-    """The module a step calls (the training loss; DDP-wrapped when distributed, then
-    compiled when asked) and the DDP wrapper itself (None in one process)."""
-    module: nn.Module = distributed.wrap(TrainLoss(model), device, info)
-    ddp = module if info.is_distributed else None
+    """The module a step calls (the training loss; DDP-wrapped when distributed and the
+    optimizer is not ``sharded``, which reduces the gradients itself; then compiled when
+    asked) and the DDP wrapper itself (None in one process or when sharded)."""
+    module: nn.Module = TrainLoss(model)
+    ddp: nn.Module | None = None
+    if info.is_distributed and not sharded:
+        module = ddp = distributed.wrap(module, device, info)
     if compile_model:
         module = compiling.compile_module(module, device.type)
     return module, ddp
@@ -82,6 +91,9 @@ class TrainStep:
     accum: int
     grad_clip: float
     streams: int = 1  # data streams; micro-step m reads stream m % streams
+    # Data parallel with the optimizer split across ranks (sharded_optim): it reduces the
+    # gradients, clips and updates in one call, in place of DDP's all-reduce and step().
+    sharded: ShardedUpdate | None = None
 
     def zero_grads(self) -> None:
         for opt in self.optimizers:
@@ -101,7 +113,9 @@ class TrainStep:
         with phase("optimizer"):
             loss = float(loss_sum.item()) / self.accum
             applied = accept is None or accept(loss)
-            if applied:
+            if applied and self.sharded is not None:
+                self.sharded.step(self.grad_clip)  # its collectives are timed here
+            elif applied:
                 clip_grad_norm(self.model.parameters(), self.grad_clip)
                 for opt in self.optimizers:
                     opt.step()

@@ -69,6 +69,7 @@ from trnfrontier.runtime.schedule import (
     progress_from_steps,
     step_warmup,
 )
+from trnfrontier.runtime.sharded_optim import ShardedUpdate, resolve_sharded
 from trnfrontier.runtime.step import StepResult, TrainStep, step_module
 
 KEEP_CHECKPOINTS = 2
@@ -199,7 +200,14 @@ class Trainer:
         if self.compiled:
             compiling.compile_optimizers(self.optimizers, self.device.type)
         self.first_step_seconds: float | None = None
-        module, ddp = step_module(self.model, self.device, info, self.compiled)
+        # optim.sharded: each rank updates its share and keeps only that share's state
+        # (built after a resume: it cuts the loaded state down to this rank's share).
+        self.sharded = (
+            ShardedUpdate(self.optimizers)
+            if resolve_sharded(r.optim.sharded, info.world_size, r.optim.grad_clip)
+            else None
+        )
+        module, ddp = step_module(self.model, self.device, info, self.compiled, sharded=self.sharded is not None)
         self.stepper = TrainStep(
             self.model,
             self.optimizers,
@@ -209,6 +217,7 @@ class Trainer:
             self.spec.dtype,
             self.accum,
             r.optim.grad_clip,
+            sharded=self.sharded,
         )
         self.metrics = MetricsWriter(out_dir / METRICS_FILE, enabled=self.main)
 
@@ -259,6 +268,8 @@ class Trainer:
         plain, tensors = ckpt.capture_rng(self.device)
         states = distributed.gather_objects({"data": self.data_state, "rng": plain})
         rngs = distributed.gather_objects({k: v.cpu() for k, v in tensors.items()})
+        # Sharded: every rank's share of the optimizer state, gathered to rank 0.
+        optim_states = self.sharded.state_dicts() if self.sharded is not None else None
         path = None
         if self.main:
             try:
@@ -267,6 +278,7 @@ class Trainer:
                     step=self.step,
                     model=self.model,
                     optimizers=self.optimizers,
+                    optim_states=optim_states,
                     meta=self._meta(clock),
                     rank_states=states,  # type: ignore[arg-type]  # gathered copies of the dicts above
                     rank_rng=rngs,  # type: ignore[arg-type]
@@ -600,6 +612,7 @@ class Trainer:
             "charged_seconds": accounting["charged_seconds"],
             "startup_seconds": accounting["startup_seconds"],
             "compiled": self.compiled,
+            "sharded_optimizer": self.sharded is not None,
             "host_memory_kept": self.host_memory_kept,
             "polar_dtype": str(muon.polar_dtype(self.device)).removeprefix("torch."),
             "first_step_seconds": self.first_step_seconds,
