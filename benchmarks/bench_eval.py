@@ -58,10 +58,10 @@ def main() -> int:
     prepare = contract.module
     prepare.setup("sample", home=home)
     tokenizer = prepare.ensure_tokenizer()
-    recipe = load_recipe(args.recipe).model_dump(mode="json")
-    seq_len, batch_size, tokens = recipe["eval"]["seq_len"], recipe["eval"]["batch_size"], recipe["eval"]["tokens"]
+    recipe = load_recipe(args.recipe).resolved()
+    seq_len, batch_size, tokens = recipe.eval.seq_len, recipe.eval.batch_size, recipe.eval.tokens
     torch.manual_seed(0)
-    model = GPT(GPTConfig.from_recipe(recipe["model"])).eval()
+    model = GPT(GPTConfig.from_recipe(recipe.model)).eval()
 
     scored: dict[str, Any] = {}
 

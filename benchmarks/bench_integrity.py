@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _model(recipe: str) -> tuple[GPT, list[torch.optim.Optimizer]]:
-    resolved = load_recipe(recipe).model_dump(mode="json")
-    model = GPT(GPTConfig.from_recipe(resolved["model"]))
-    optimizers = build_optimizers(model, resolved["optim"])
+    resolved = load_recipe(recipe).resolved()
+    model = GPT(GPTConfig.from_recipe(resolved.model))
+    optimizers = build_optimizers(model, resolved.optim)
     tokens = torch.randint(0, model.config.vocab_size, (1, 64))
     model.loss(tokens, tokens).backward()
     for optimizer in optimizers:  # so the optimizer state (momenta) exists and is saved

@@ -30,32 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trnfrontier.runtime.model import GPT, GPTConfig  # noqa: E402
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers  # noqa: E402
+from trnfrontier.runtime.recipe import OptimSpec  # noqa: E402
 
 # recipes/cpu_smoke.yaml's model and batch, and a depth-4 model of the same family.
 SHAPES = {
     "cpu_smoke": dict(depth=2, n_embd=128, head_dim=32, n_kv_head=2, seq=256, batch=16, vocab=8192),
     "depth4": dict(depth=4, n_embd=256, head_dim=64, n_kv_head=2, seq=256, batch=8, vocab=8192),
 }
-# The schema's optim defaults (what a resolved recipe carries).
-OPTIM = dict(
-    matrix_lr=0.02,
-    embedding_lr=0.2,
-    unembedding_lr=0.004,
-    scalar_lr=0.5,
-    lr_width_scaling=True,
-    adam_betas=(0.8, 0.95),
-    adam_eps=1e-10,
-    weight_decay=0.0,
-    cautious_weight_decay=False,
-    muon_momentum=0.95,
-    muon_momentum_warmup_start=0.85,
-    muon_momentum_warmup_steps=300,
-    nesterov=True,
-    polar_express_steps=5,
-    normuon=False,
-    normuon_beta2=0.95,
-    grad_clip=0.0,
-)
+# The optim section a resolved recipe carries by default.
+OPTIM = OptimSpec()
 
 
 # ---------------------------------------------------------------- the plain reference

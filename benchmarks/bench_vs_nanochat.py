@@ -31,7 +31,6 @@ optimizer step alone (forward, backward, update); the data loader runs outside i
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -87,7 +86,7 @@ class TrnfSide:
         self.recipe = r = trnf_recipe(steps)
         torch.manual_seed(seed)
         self.model = GPT(GPTConfig.from_recipe(r.model))
-        self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim), B * T)
+        self.optimizers = build_optimizers(self.model, r.optim, B * T)
         self.compiled = compiling.compile_enabled(r.runtime.compile, "cpu")
         self.host_memory_kept = host_memory.kept()  # run_seed starts this process as trnf train does
         self.polar_dtype = str(muon.CPU_POLAR_DTYPE).removeprefix("torch.")

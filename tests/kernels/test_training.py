@@ -13,18 +13,19 @@ from trnfrontier.runtime import muon, ops
 from trnfrontier.runtime.kernels import register_ops, reset_kernels
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import build_optimizers
+from trnfrontier.runtime.recipe import OptimSpec, ResolvedRecipe
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cpu_smoke() -> dict:
+def _cpu_smoke() -> ResolvedRecipe:
     from trnfrontier.recipes.loading import load_recipe
 
-    return load_recipe(REPO / "recipes" / "cpu_smoke.yaml").model_dump(mode="json")
+    return load_recipe(REPO / "recipes" / "cpu_smoke.yaml").resolved()
 
 
 def _train(
-    config: GPTConfig, optim_cfg: dict, routed: bool, steps: int, batch: int, seq: int
+    config: GPTConfig, optim_cfg: OptimSpec, routed: bool, steps: int, batch: int, seq: int
 ) -> list[float]:
     reset_kernels()
     if routed:
@@ -50,9 +51,9 @@ def _train(
 
 def test_cpu_smoke_steps_through_custom_ops_match_plain_pytorch() -> None:
     cfg = _cpu_smoke()
-    config = GPTConfig.from_recipe(cfg["model"])
-    plain = _train(config, cfg["optim"], routed=False, steps=3, batch=2, seq=32)
-    routed = _train(config, cfg["optim"], routed=True, steps=3, batch=2, seq=32)
+    config = GPTConfig.from_recipe(cfg.model)
+    plain = _train(config, cfg.optim, routed=False, steps=3, batch=2, seq=32)
+    routed = _train(config, cfg.optim, routed=True, steps=3, batch=2, seq=32)
     assert plain[-1] < plain[0] - 0.1
     torch.testing.assert_close(torch.tensor(routed), torch.tensor(plain), rtol=2e-4, atol=2e-4)
 
@@ -91,8 +92,8 @@ def test_cpu_smoke_longer_run_through_custom_ops(monkeypatch: pytest.MonkeyPatch
     # float32 summation-order differences over 20 steps beyond what this compares.
     monkeypatch.setattr(muon, "CPU_POLAR_DTYPE", torch.float32)
     cfg = _cpu_smoke()
-    config = GPTConfig.from_recipe(cfg["model"])
-    plain = _train(config, cfg["optim"], routed=False, steps=20, batch=4, seq=128)
-    routed = _train(config, cfg["optim"], routed=True, steps=20, batch=4, seq=128)
+    config = GPTConfig.from_recipe(cfg.model)
+    plain = _train(config, cfg.optim, routed=False, steps=20, batch=4, seq=128)
+    routed = _train(config, cfg.optim, routed=True, steps=20, batch=4, seq=128)
     assert plain[-1] < plain[0] - 1.0
     torch.testing.assert_close(torch.tensor(routed), torch.tensor(plain), rtol=1e-3, atol=1e-3)

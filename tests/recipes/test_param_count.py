@@ -25,7 +25,7 @@ from trnfrontier.runtime.model import GPT, GPTConfig
 def test_count_params_matches_the_model(overrides: list[str]) -> None:
     recipe = load_recipe("cpu_smoke", overrides)
     with torch.device("meta"):
-        built = GPT(GPTConfig.from_recipe(recipe.model.model_dump(mode="json"))).num_params()
+        built = GPT(GPTConfig.from_recipe(recipe.resolved().model)).num_params()
     assert count_params(recipe) == built
 
 

@@ -18,6 +18,7 @@ from trnfrontier.runtime import checkpoint as ck
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint, list_checkpoints
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import build_optimizers
+from trnfrontier.runtime.recipe import OptimSpec
 from trnfrontier.runtime.safetensors_io import read_safetensors, write_safetensors
 
 torch.set_num_threads(1)
@@ -25,13 +26,7 @@ torch.set_num_threads(1)
 TINY = dict(
     vocab_size=64, sequence_len=16, n_layer=2, n_head=2, n_kv_head=1, n_embd=32, value_embeds=True
 )
-OPTIM = {
-    "matrix_lr": 0.02,
-    "embedding_lr": 0.2,
-    "unembedding_lr": 0.004,
-    "scalar_lr": 0.5,
-    "normuon": True,
-}
+OPTIM = OptimSpec(normuon=True)
 
 
 def tiny_model(seed: int = 0) -> GPT:
@@ -158,6 +153,7 @@ KILLER = textwrap.dedent(
     from trnfrontier.runtime import checkpoint as ck
     from trnfrontier.runtime.model import GPT, GPTConfig
     from trnfrontier.runtime.optim import build_optimizers
+    from trnfrontier.runtime.recipe import OptimSpec
     torch.manual_seed(0)
     model = GPT(GPTConfig(**{tiny}))
     opts = build_optimizers(model, {optim})

@@ -10,6 +10,7 @@ from trnfrontier.runtime import compiling, muon
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.muon import Muon
 from trnfrontier.runtime.optim import AdamW, apply_schedule, build_optimizers
+from trnfrontier.runtime.recipe import OptimSpec
 
 
 @pytest.mark.parametrize(
@@ -93,12 +94,7 @@ def test_compiled_optimizer_updates_match_eager_without_recompiling(monkeypatch:
     Polar Express runs in float32 here: in bfloat16 (the default on a CPU that multiplies
     it) inductor rounds its fused epilogues in other places than eager does."""
     monkeypatch.setattr(muon, "CPU_POLAR_DTYPE", torch.float32)
-    optim_cfg = {
-        "matrix_lr": 0.02,
-        "muon_momentum_warmup_steps": 10,
-        "weight_decay": 0.05,
-        "normuon": True,
-    }
+    optim_cfg = OptimSpec(matrix_lr=0.02, muon_momentum_warmup_steps=10, weight_decay=0.05, normuon=True)
     eager = _train(lambda m: build_optimizers(m, optim_cfg))
     torch._dynamo.reset()
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from trnfrontier.runtime import devices
+from trnfrontier.runtime.recipe import RuntimeSpec
 
 
 def test_cpu_resolves_to_float32_without_peak() -> None:
-    spec = devices.resolve({"device": "cpu", "dtype": "auto", "lnc": 2})
+    spec = devices.resolve(RuntimeSpec(device="cpu", dtype="auto"))
     assert spec.device == torch.device("cpu")
     assert spec.dtype == torch.float32 and not spec.autocast
     assert spec.peak_flops is None
@@ -20,7 +21,7 @@ def test_cpu_resolves_to_float32_without_peak() -> None:
 
 
 def test_explicit_bfloat16_on_cpu_autocasts() -> None:
-    spec = devices.resolve({"device": "cpu", "dtype": "bfloat16", "lnc": 2})
+    spec = devices.resolve(RuntimeSpec(device="cpu", dtype="bfloat16"))
     assert spec.dtype == torch.bfloat16 and spec.autocast
     with devices.autocast(spec.device, spec.dtype):
         y = torch.nn.Linear(4, 4)(torch.randn(2, 4))

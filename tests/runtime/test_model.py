@@ -10,6 +10,7 @@ import torch
 
 from trnfrontier.runtime import ops
 from trnfrontier.runtime.model import GPT, GPTConfig
+from trnfrontier.runtime.recipe import ModelSpec, check_heads
 
 torch.set_num_threads(1)
 
@@ -42,7 +43,7 @@ def make_model(seed: int = 0, **overrides) -> GPT:
 
 def test_baseline_d10_has_exactly_59_637_760_parameters() -> None:
     config = GPTConfig.from_recipe(
-        {"depth": 10, "aspect_ratio": 64, "head_dim": 128, "vocab_size": 8192, "sequence_len": 1024}
+        ModelSpec(depth=10, aspect_ratio=64, head_dim=128, vocab_size=8192, sequence_len=1024)
     )
     assert (config.n_layer, config.n_embd, config.n_head, config.n_kv_head, config.head_dim) == (
         10,
@@ -59,15 +60,29 @@ def test_baseline_d10_has_exactly_59_637_760_parameters() -> None:
 
 def test_from_recipe_rounds_width_up_to_head_dim_and_honours_explicit_shapes() -> None:
     # 6 x 64 = 384 is 3 heads of 128; 5 x 50 = 250 rounds up to 256 = 2 heads of 128.
-    assert GPTConfig.from_recipe({"depth": 6, "aspect_ratio": 64, "head_dim": 128}).n_embd == 384
-    c = GPTConfig.from_recipe({"depth": 5, "aspect_ratio": 50, "head_dim": 128})
+    assert GPTConfig.from_recipe(ModelSpec(depth=6, aspect_ratio=64, head_dim=128)).n_embd == 384
+    c = GPTConfig.from_recipe(ModelSpec(depth=5, aspect_ratio=50, head_dim=128))
     assert (c.n_embd, c.n_head, c.n_kv_head) == (256, 2, 2)
-    c = GPTConfig.from_recipe(
-        {"depth": 2, "n_embd": 128, "head_dim": 32, "n_kv_head": 2, "vocab_size": 512}
-    )
+    c = GPTConfig.from_recipe(ModelSpec(depth=2, n_embd=128, head_dim=32, n_kv_head=2, vocab_size=512))
     assert (c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.vocab_size) == (128, 4, 2, 32, 512)
     with pytest.raises(ValueError, match="n_kv_head"):
-        GPTConfig.from_recipe({"depth": 2, "n_embd": 128, "head_dim": 32, "n_kv_head": 3})
+        GPTConfig.from_recipe(ModelSpec(depth=2, n_embd=128, head_dim=32, n_kv_head=3))
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        (dict(n_embd=64, n_head=3, n_kv_head=3), "n_embd=64 is not a multiple of n_head=3"),
+        (dict(n_embd=60, n_head=4, n_kv_head=4), r"head_dim=15 must be even"),
+        (dict(n_embd=64, n_head=4, n_kv_head=3), r"n_kv_head=3 must divide n_head=4"),
+    ],
+)
+def test_a_checkpoints_config_obeys_the_recipes_shape_rule(shape: dict, message: str) -> None:
+    # One rule (recipe.check_heads) for a shape from a recipe and one from a checkpoint.
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(vocab_size=VOCAB, sequence_len=32, n_layer=1, **shape)
+    with pytest.raises(ValueError, match=message):
+        check_heads(shape["n_embd"], shape["n_head"], shape["n_kv_head"])
 
 
 def test_config_round_trips_through_dict_and_rejects_unknown_keys() -> None:
@@ -319,8 +334,7 @@ def test_from_recipe_agrees_with_the_schema_on_every_shipped_recipe() -> None:
         pytest.skip("no shipped recipes")
     for path in recipes:
         recipe = loading.load_recipe(path)
-        section = recipe.model_dump(mode="json")["model"]
-        config = GPTConfig.from_recipe(section)
+        config = GPTConfig.from_recipe(recipe.resolved().model)
         assert config.n_embd == recipe.model.resolved_n_embd(), path.name
         assert config.head_dim == recipe.model.head_dim, path.name
         assert config.n_layer == recipe.model.depth and config.vocab_size == recipe.model.vocab_size
@@ -349,7 +363,7 @@ def test_from_recipe_matches_schema_derivation_over_many_shapes() -> None:
         section = schema.ModelSection(
             depth=depth, aspect_ratio=aspect, head_dim=head_dim, n_kv_head=n_head // kv_divisor
         )
-        config = GPTConfig.from_recipe(section.model_dump(mode="json"))
+        config = GPTConfig.from_recipe(ModelSpec(**section.model_dump()))
         assert config.n_embd == section.resolved_n_embd()
         assert config.n_embd >= depth * aspect and config.n_embd % head_dim == 0
         assert config.n_embd - depth * aspect < head_dim  # rounded up, not further

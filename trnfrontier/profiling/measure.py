@@ -8,11 +8,13 @@ model, optimizers, schedule and device helpers, so what is profiled is what trai
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import statistics
 import sys
 import time
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +30,14 @@ from trnfrontier.recipes import Recipe
 from trnfrontier.runtime import compiling, devices, distributed, host_memory, prepare_calls
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers
+from trnfrontier.runtime.recipe import DeviceName
 from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
 from trnfrontier.runtime.step import TrainStep, no_phase, step_module
 
 # Bytes per parameter a step holds besides activations: fp32 weight and gradient, AdamW's
 # two moments (Muon keeps one; the larger is assumed).
 _BYTES_PER_PARAM = 16
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "neuron")
+DEVICE_CHOICES: tuple[str, ...] = typing.get_args(DeviceName)
 _OOM_MARKERS = ("out of memory", "failed to allocate", "cannot allocate memory", "resource_exhausted", "oom")
 
 
@@ -185,15 +188,15 @@ def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[It
 
 def build(recipe: Recipe, device: str | None = None) -> Setup:
     """The recipe's model and optimizers on ``device`` (default: the recipe's)."""
-    cfg = recipe.model_dump(mode="json")
-    runtime = dict(cfg["runtime"], device=device or cfg["runtime"]["device"])
+    resolved = recipe.resolved()
     try:
-        spec = devices.resolve(runtime)
+        # check_options has refused any --device but a DeviceName
+        spec = devices.resolve(dataclasses.replace(resolved.runtime, device=typing.cast(DeviceName, device or resolved.runtime.device)))
     except devices.DeviceError as exc:
         raise TrnfError(str(exc)) from None
     if spec.type == "cpu" and recipe.runtime.threads:
         torch.set_num_threads(recipe.runtime.threads)
-    config = GPTConfig.from_recipe(cfg["model"])
+    config = GPTConfig.from_recipe(resolved.model)
     check_fits(recipe, config, spec.device)
     torch.manual_seed(recipe.runtime.seed)
     notes: list[str] = []
@@ -203,7 +206,7 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
         tokens_per_step = recipe.data.total_batch_tokens or (
             recipe.data.batch_size * recipe.model.sequence_len * recipe.runtime.nproc
         )
-        optimizers = build_optimizers(model, cfg["optim"], tokens_per_step)
+        optimizers = build_optimizers(model, resolved.optim, tokens_per_step)
     except RuntimeError as exc:
         if _is_oom(exc):
             raise does_not_fit(recipe, spec.name, str(exc).splitlines()[0][:160]) from None

@@ -20,7 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from trnfrontier.runtime import recipe as spec
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
-from trnfrontier.runtime.recipe import KernelChoice, ResolvedRecipe, grad_accum_steps, model_shape
+from trnfrontier.runtime.recipe import (
+    DeviceName,
+    KernelChoice,
+    ResolvedRecipe,
+    grad_accum_steps,
+    model_shape,
+)
 
 # Seeds feed torch.manual_seed, numpy and random: a non-negative 64-bit signed integer
 # is what all three take without overflow.
@@ -221,7 +227,7 @@ class BudgetSection(Section, spec=spec.BudgetSpec):
 
 
 class RuntimeSection(Section, spec=spec.RuntimeSpec):
-    device: Literal["auto", "cpu", "cuda", "neuron"] = knob(description="auto: neuron, then cuda, then cpu.")
+    device: DeviceName = knob(description="auto: neuron, then cuda, then cpu.")
     dtype: Literal["auto", "float32", "bfloat16"] = knob(description="auto: bfloat16 where the device supports it.")
     compile: bool | Literal["auto"] = knob(
         description="torch.compile the training step and optimizer updates. auto: on for CPU and CUDA, "

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import torch
 
+from trnfrontier.runtime.recipe import RuntimeSpec
+
 NEURON_PIP_HINT = (
     "torch-neuronx is not installed; it comes only from AWS's Neuron pip repository: "
     "pip install --extra-index-url https://pip.repos.neuron.amazonaws.com torch-neuronx "
@@ -202,13 +204,12 @@ def device_name(device: torch.device) -> str:
     return "cpu"
 
 
-def resolve(runtime_cfg: dict, local_rank: int = 0) -> DeviceSpec:
+def resolve(runtime: RuntimeSpec, local_rank: int = 0) -> DeviceSpec:
     """The resolved recipe's ``runtime`` section -> the DeviceSpec this process trains on."""
-    device = resolve_device(runtime_cfg["device"], local_rank)
-    dtype = resolve_dtype(device, runtime_cfg["dtype"])
+    device = resolve_device(runtime.device, local_rank)
     return DeviceSpec(
         device=device,
-        dtype=dtype,
-        peak_flops=peak_flops(device, int(runtime_cfg.get("lnc", 2))),
+        dtype=resolve_dtype(device, runtime.dtype),
+        peak_flops=peak_flops(device, runtime.lnc),
         name=device_name(device),
     )

@@ -30,7 +30,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from trnfrontier.runtime import ops
-from trnfrontier.runtime.recipe import ModelSpec, RecipeError, model_spec
+from trnfrontier.runtime.recipe import ModelSpec, check_heads
 
 # The value-embedding gate reads only the first channels of the block input: a cheap,
 # input-dependent scalar per KV head.
@@ -39,30 +39,29 @@ VE_GATE_CHANNELS = 32
 ROTARY_CONTEXT_FACTOR = 4
 
 
+# The model knobs' defaults (runtime/recipe.py ModelSpec) for a config written without
+# them (a kit's final.pt, older checkpoints).
+_MODEL = ModelSpec()
+
+
 @dataclass
 class GPTConfig:
+    """The model's shape as a checkpoint records it (``model_config``): the recipe's knobs
+    resolved by ``recipe.model_shape``, checked by ``recipe.check_heads``."""
+
     vocab_size: int
     sequence_len: int
     n_layer: int
     n_head: int
     n_kv_head: int
     n_embd: int
-    mlp_ratio: int = 4
-    softcap: float = 15.0
-    value_embeds: bool = False
-    rope_base: float = 10000.0
+    mlp_ratio: int = _MODEL.mlp_ratio
+    softcap: float = _MODEL.softcap
+    value_embeds: bool = _MODEL.value_embeds
+    rope_base: float = _MODEL.rope_base
 
     def __post_init__(self) -> None:
-        if self.n_head < 1 or self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
-        if self.head_dim % 2:
-            raise ValueError(
-                f"head_dim={self.head_dim} must be even (rotary embeddings rotate channel pairs)"
-            )
-        if self.n_kv_head < 1 or self.n_kv_head > self.n_head or self.n_head % self.n_kv_head:
-            raise ValueError(
-                f"n_kv_head={self.n_kv_head} must divide n_head={self.n_head} (grouped-query attention)"
-            )
+        check_heads(self.n_embd, self.n_head, self.n_kv_head)
         if self.softcap < 0:
             raise ValueError(f"softcap={self.softcap} must be >= 0 (0 disables it)")
 
@@ -88,25 +87,21 @@ class GPTConfig:
         return config
 
     @classmethod
-    def from_recipe(cls, model_section: ModelSpec | dict[str, Any]) -> GPTConfig:
-        """Shapes from a resolved recipe's ``model`` section (a dict may leave keys to their
-        defaults), derived by ``recipe.model_shape``, the same function the schema uses."""
-        m = model_spec(model_section)
-        try:
-            n_embd, n_head, n_kv_head = m.shape()
-        except RecipeError as exc:
-            raise ValueError(str(exc)) from None
+    def from_recipe(cls, model: ModelSpec) -> GPTConfig:
+        """The shape of a resolved recipe's ``model`` section (``recipe.model_shape``, the
+        derivation the schema validates with)."""
+        n_embd, n_head, n_kv_head = model.shape()
         return cls(
-            vocab_size=m.vocab_size,
-            sequence_len=m.sequence_len,
-            n_layer=m.depth,
+            vocab_size=model.vocab_size,
+            sequence_len=model.sequence_len,
+            n_layer=model.depth,
             n_head=n_head,
             n_kv_head=n_kv_head,
             n_embd=n_embd,
-            mlp_ratio=m.mlp_ratio,
-            softcap=float(m.softcap),
-            value_embeds=bool(m.value_embeds),
-            rope_base=float(m.rope_base),
+            mlp_ratio=model.mlp_ratio,
+            softcap=model.softcap,
+            value_embeds=model.value_embeds,
+            rope_base=model.rope_base,
         )
 
 

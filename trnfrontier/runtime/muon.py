@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trnfrontier.runtime.recipe import OptimSpec
+
 # Polar Express (Amsel, Persson, Musco, Gower 2025): per-iteration quintic coefficients
 # (a, b, c) for X <- a X + b (X X^T) X + c (X X^T)^2 X, tuned so that singular values in
 # (0, 1] move towards 1 as fast as possible over five iterations.
@@ -30,6 +32,8 @@ POLAR_EXPRESS_COEFFS: tuple[tuple[float, float, float], ...] = (
 )
 
 HYPERPARAMS = ("lr", "momentum", "weight_decay")
+# The recipe's defaults (runtime/recipe.py) are Muon's: one definition of each.
+_OPTIM = OptimSpec()
 
 
 def _cpu_multiplies_bfloat16() -> bool:
@@ -145,14 +149,14 @@ class Muon(torch.optim.Optimizer):
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.02,
-        momentum: float = 0.95,
-        weight_decay: float = 0.0,
-        nesterov: bool = True,
-        ns_steps: int = 5,
-        normuon: bool = False,
-        beta2: float = 0.95,
-        cautious_wd: bool = False,
+        lr: float = _OPTIM.matrix_lr,
+        momentum: float = _OPTIM.muon_momentum,
+        weight_decay: float = _OPTIM.weight_decay,
+        nesterov: bool = _OPTIM.nesterov,
+        ns_steps: int = _OPTIM.polar_express_steps,
+        normuon: bool = _OPTIM.normuon,
+        beta2: float = _OPTIM.normuon_beta2,
+        cautious_wd: bool = _OPTIM.cautious_weight_decay,
         eps: float = 1e-10,
     ) -> None:
         if lr <= 0 or not 0.0 <= momentum < 1.0 or weight_decay < 0 or not 0.0 <= beta2 < 1.0:

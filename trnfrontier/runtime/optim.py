@@ -1,6 +1,6 @@
 """The optimizers of a run: Muon for the blocks' matrices, AdamW for the rest.
 
-``build_optimizers(model, cfg["optim"])`` returns the list the trainer steps every
+``build_optimizers(model, recipe.optim)`` returns the list the trainer steps every
 iteration; ``apply_schedule`` moves every group's LR (and Muon's momentum) for the next
 step. Each param group remembers its base LR as ``group["initial_lr"]`` and its role as
 ``group["name"]`` (``matrix``, ``embedding``, ``unembedding``, ``scalar``) for logs.
@@ -17,42 +17,39 @@ from torch import Tensor
 
 from trnfrontier.runtime.model import GPT
 from trnfrontier.runtime.muon import Muon, set_group_value, set_hyperparams
+from trnfrontier.runtime.recipe import OptimSpec
 
 # nanochat tuned its AdamW LRs at width 768; wider models take proportionally smaller steps.
 REFERENCE_WIDTH = 768
-# nanochat's reference batch (2^19 tokens per step), where its LRs apply unscaled.
-REFERENCE_BATCH_TOKENS = 524_288
 
 
 def adamw_lr_scale(n_embd: int, enabled: bool) -> float:
     return (n_embd / REFERENCE_WIDTH) ** -0.5 if enabled else 1.0
 
 
-def batch_lr_scale(batch_tokens: int | None, optim_cfg: dict[str, Any]) -> float:
+def batch_lr_scale(batch_tokens: int | None, optim: OptimSpec) -> float:
     """nanochat's batch rule: sqrt(tokens per step / reference_batch_tokens) for every LR,
     when ``lr_batch_scaling`` is on and the step's tokens are known (1 otherwise)."""
-    if not batch_tokens or not optim_cfg.get("lr_batch_scaling", False):
+    if not batch_tokens or not optim.lr_batch_scaling:
         return 1.0
-    return math.sqrt(batch_tokens / int(optim_cfg.get("reference_batch_tokens", REFERENCE_BATCH_TOKENS)))
+    return math.sqrt(batch_tokens / optim.reference_batch_tokens)
 
 
-def build_optimizers(
-    model: GPT, optim_cfg: dict[str, Any], batch_tokens: int | None = None
-) -> list[torch.optim.Optimizer]:
+def build_optimizers(model: GPT, optim: OptimSpec, batch_tokens: int | None = None) -> list[torch.optim.Optimizer]:
     """[AdamW (embedding, unembedding, scalar groups), Muon (matrix group)].
 
-    ``optim_cfg`` is the resolved recipe's ``optim`` section (plain dict); ``batch_tokens``
-    the tokens of one optimizer step over all ranks, for ``batch_lr_scale``. Muon starts at
+    ``optim`` is the resolved recipe's ``optim`` section; ``batch_tokens`` the tokens of
+    one optimizer step over all ranks, for ``batch_lr_scale``. Muon starts at
     ``muon_momentum_warmup_start`` when a momentum warm-up is configured; the trainer
     moves it every step with ``apply_schedule``. Empty groups are left out.
     """
     groups = model.param_groups()
-    batch_scale = batch_lr_scale(batch_tokens, optim_cfg)
-    scale = batch_scale * adamw_lr_scale(model.config.n_embd, bool(optim_cfg.get("lr_width_scaling", True)))
+    batch_scale = batch_lr_scale(batch_tokens, optim)
+    scale = batch_scale * adamw_lr_scale(model.config.n_embd, optim.lr_width_scaling)
     adam_lrs = {
-        "embedding": float(optim_cfg.get("embedding_lr", 0.2)) * scale,
-        "unembedding": float(optim_cfg.get("unembedding_lr", 0.004)) * scale,
-        "scalar": float(optim_cfg.get("scalar_lr", 0.5)) * scale,
+        "embedding": optim.embedding_lr * scale,
+        "unembedding": optim.unembedding_lr * scale,
+        "scalar": optim.scalar_lr * scale,
     }
     adam_groups = [
         {"params": groups[name], "lr": lr, "initial_lr": lr, "name": name}
@@ -61,31 +58,20 @@ def build_optimizers(
     ]
     optimizers: list[torch.optim.Optimizer] = []
     if adam_groups:
-        betas = tuple(float(b) for b in optim_cfg.get("adam_betas", (0.8, 0.95)))
-        optimizers.append(
-            AdamW(
-                adam_groups,
-                betas=betas,
-                eps=float(optim_cfg.get("adam_eps", 1e-10)),
-                weight_decay=0.0,
-            )
-        )
+        optimizers.append(AdamW(adam_groups, betas=optim.adam_betas, eps=optim.adam_eps, weight_decay=0.0))
     if groups["matrix"]:
-        matrix_lr = float(optim_cfg.get("matrix_lr", 0.02)) * batch_scale
-        warmup_steps = int(optim_cfg.get("muon_momentum_warmup_steps", 0))
-        momentum = float(optim_cfg.get("muon_momentum", 0.95))
-        if warmup_steps > 0:
-            momentum = float(optim_cfg.get("muon_momentum_warmup_start", momentum))
+        matrix_lr = optim.matrix_lr * batch_scale
+        warming = optim.muon_momentum_warmup_steps > 0
         muon = Muon(
             [{"params": groups["matrix"], "name": "matrix"}],
             lr=matrix_lr,
-            momentum=momentum,
-            weight_decay=float(optim_cfg.get("weight_decay", 0.0)),
-            nesterov=bool(optim_cfg.get("nesterov", True)),
-            ns_steps=int(optim_cfg.get("polar_express_steps", 5)),
-            normuon=bool(optim_cfg.get("normuon", False)),
-            beta2=float(optim_cfg.get("normuon_beta2", 0.95)),
-            cautious_wd=bool(optim_cfg.get("cautious_weight_decay", False)),
+            momentum=optim.muon_momentum_warmup_start if warming else optim.muon_momentum,
+            weight_decay=optim.weight_decay,
+            nesterov=optim.nesterov,
+            ns_steps=optim.polar_express_steps,
+            normuon=optim.normuon,
+            beta2=optim.normuon_beta2,
+            cautious_wd=optim.cautious_weight_decay,
         )
         for group in muon.param_groups:
             group["initial_lr"] = matrix_lr
@@ -177,17 +163,6 @@ def apply_schedule(
             set_group_value(group, "lr", group["initial_lr"] * lr_multiplier)
         if isinstance(opt, Muon):
             set_hyperparams(opt, momentum=muon_momentum)
-
-
-def current_lrs(optimizers: Iterable[torch.optim.Optimizer]) -> dict[str, float]:
-    """{group name: current LR} for logging (reads Muon's tensor LR once)."""
-    out: dict[str, float] = {}
-    for opt in optimizers:
-        for i, group in enumerate(opt.param_groups):
-            name = group.get("name", f"{type(opt).__name__.lower()}{i}")
-            lr = group["lr"]
-            out[name] = float(lr.item() if isinstance(lr, Tensor) else lr)
-    return out
 
 
 def clip_grad_norm(parameters: Iterable[Tensor], max_norm: float) -> Tensor | None:

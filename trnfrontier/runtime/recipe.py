@@ -41,8 +41,6 @@ def model_shape(
     """(n_embd, n_head, n_kv_head): width = depth x aspect_ratio rounded up to a whole
     number of heads unless ``n_embd`` is given; n_head = n_embd // head_dim unless given;
     n_kv_head defaults to n_head. Raises RecipeError for shapes that cannot work."""
-    if head_dim % 2:
-        raise RecipeError(f"head_dim={head_dim} must be even (rotary embeddings rotate channel pairs)")
     width = n_embd if n_embd is not None else -(-(depth * aspect_ratio) // head_dim) * head_dim
     heads = n_head if n_head is not None else width // head_dim
     if heads < 1:
@@ -52,9 +50,21 @@ def model_shape(
     if width % head_dim:
         raise RecipeError(f"n_embd={width} is not a multiple of head_dim={head_dim}")
     kv = n_kv_head if n_kv_head is not None else heads
-    if kv < 1 or kv > heads or heads % kv:
-        raise RecipeError(f"n_kv_head={kv} must divide n_head={heads} (grouped-query attention)")
+    check_heads(width, heads, kv)
     return width, heads, kv
+
+
+def check_heads(n_embd: int, n_head: int, n_kv_head: int) -> None:
+    """The rule every model's attention obeys, however its shape was given (a recipe's
+    knobs through ``model_shape``, or a checkpoint's ``GPTConfig``): whole heads of an
+    even width (rotary embeddings rotate channel pairs), and key/value heads that divide
+    the query heads (grouped-query attention). Raises RecipeError (a ValueError)."""
+    if n_head < 1 or n_embd % n_head:
+        raise RecipeError(f"n_embd={n_embd} is not a multiple of n_head={n_head}")
+    if (n_embd // n_head) % 2:
+        raise RecipeError(f"head_dim={n_embd // n_head} must be even (rotary embeddings rotate channel pairs)")
+    if n_kv_head < 1 or n_kv_head > n_head or n_head % n_kv_head:
+        raise RecipeError(f"n_kv_head={n_kv_head} must divide n_head={n_head} (grouped-query attention)")
 
 
 def grad_accum_steps(batch_size: int, sequence_len: int, world_size: int, total_batch_tokens: int | None) -> int:
@@ -77,6 +87,7 @@ def grad_accum_steps(batch_size: int, sequence_len: int, world_size: int, total_
 # then use it where it acts; declare it in the schema only to bound or describe it.
 
 KernelChoice = Literal["off", "auto", "on"]
+DeviceName = Literal["auto", "cpu", "cuda", "neuron"]
 
 
 @dataclass(frozen=True)
@@ -152,7 +163,7 @@ class BudgetSpec:
 
 @dataclass(frozen=True)
 class RuntimeSpec:
-    device: Literal["auto", "cpu", "cuda", "neuron"] = "auto"
+    device: DeviceName = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     compile: bool | Literal["auto"] = "auto"  # compiling.compile_enabled decides "auto"
     seed: int = 1337
@@ -256,8 +267,3 @@ class ResolvedRecipe:
 
     def grad_accum_steps(self, world_size: int) -> int:
         return grad_accum_steps(self.data.batch_size, self.model.sequence_len, world_size, self.data.total_batch_tokens)
-
-
-def model_spec(section: ModelSpec | dict[str, Any]) -> ModelSpec:
-    """A ModelSpec from a resolved recipe's ``model`` section (missing keys take defaults)."""
-    return section if isinstance(section, ModelSpec) else _section(ModelSpec, section, "model", partial=True)

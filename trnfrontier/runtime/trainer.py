@@ -51,7 +51,7 @@ from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, batch_lr_scale, build_optimizers
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
-from trnfrontier.runtime.recipe import EvalSpec, RecipeError, ResolvedRecipe
+from trnfrontier.runtime.recipe import EvalSpec, KernelsSpec, RecipeError, ResolvedRecipe
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
@@ -96,18 +96,18 @@ def versions() -> dict[str, str | None]:
     return {"python": platform.python_version(), "torch": torch.__version__, "trnf": trnf}
 
 
-def choose_kernels(kernels_cfg: dict[str, str] | None, device: torch.device) -> dict[str, str]:
+def choose_kernels(kernels: KernelsSpec, device: torch.device) -> dict[str, str]:
     """``use_kernels`` for a recipe that turns a kernel on; plain PyTorch otherwise.
 
     The kernel dispatch package is imported only when a kernel is wanted, so a run (and a
     single-file train.py, which inlines only what it imports) without kernels never needs it.
     """
-    cfg = dict(kernels_cfg or {})
-    if all(choice == "off" for choice in cfg.values()):
-        return {name: "reference" for name in cfg}
+    choices = dataclasses.asdict(kernels)
+    if all(choice == "off" for choice in choices.values()):
+        return {name: "reference" for name in choices}
     from trnfrontier.runtime.kernels import use_kernels
 
-    return use_kernels(cfg, device)
+    return use_kernels(choices, device)
 
 
 @dataclass
@@ -174,12 +174,12 @@ class Trainer:
             )
         # Kernels are chosen before the model is built, so every op the model calls is the
         # recipe's choice; KernelUnavailableError (a kernel set to "on" that cannot run) stops here.
-        self.kernels = choose_kernels(dataclasses.asdict(r.kernels), self.device)
+        self.kernels = choose_kernels(r.kernels, self.device)
         # Initialised on the CPU from the seed, then moved: the same weights on every device.
         self.model = GPT(GPTConfig.from_recipe(r.model)).to(self.device)
         # LRs follow the batch (optim.lr_batch_scaling): the tokens of one optimizer step.
-        self.optimizers = build_optimizers(self.model, dataclasses.asdict(r.optim), self.tokens_per_step)
-        self.matrix_lr = r.optim.matrix_lr * batch_lr_scale(self.tokens_per_step, dataclasses.asdict(r.optim))
+        self.optimizers = build_optimizers(self.model, r.optim, self.tokens_per_step)
+        self.matrix_lr = r.optim.matrix_lr * batch_lr_scale(self.tokens_per_step, r.optim)
         self.params = self.model.num_params()
         self.flops_per_token = self.model.flops_per_token(self.seq_len)
         self.prepare_sha256 = sha256_file(str(prepare.__file__))
@@ -713,7 +713,7 @@ def train(
     if runtime.device in ("neuron", "auto"):
         os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime.lnc))
     prepare = load_prepare()
-    spec = devices.resolve(dataclasses.asdict(runtime), info.local_rank)
+    spec = devices.resolve(runtime, info.local_rank)
     if compiling.compile_enabled(runtime.compile, spec.device.type):
         compiling.use_cache_under_home()
     lock = None

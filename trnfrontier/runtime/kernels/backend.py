@@ -23,6 +23,7 @@ interpreter in ``kernels/testing`` on the CPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import warnings
@@ -31,9 +32,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..recipe import KernelsSpec
 from . import registration
 
-KERNEL_NAMES = ("relu2", "rmsnorm", "rope_qknorm", "cross_entropy", "polar_express", "attention")
+# The recipe's kernels section (runtime/recipe.py KernelsSpec) names them.
+KERNEL_NAMES = tuple(field.name for field in dataclasses.fields(KernelsSpec))
 KERNELS_ENV = "TRNF_KERNELS_DIR"
 # Trn2's usable SBUF per partition (KLR's tile_size.total_available_sbuf_size for
 # NeuronCore-v3; the interpreter's machine.TRN2 holds the same figure, a test keeps them equal)
