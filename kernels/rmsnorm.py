@@ -33,9 +33,17 @@ def _last_program():
     return nl.program_id(0) == nl.num_programs(0) - 1
 
 
-def _group_rows(d):
-    """Rows per partition in a group: about 32 KiB of float32 work per partition."""
-    return max(1, 8192 // d)
+def _row_groups(n, d):
+    """This program's work as [(first row, partitions, rows per partition)]: groups of g
+    full row tiles (about 32 KiB of float32 work a partition), then the ragged tail."""
+    first, count = _share(n // PMAX)
+    group = max(1, 8192 // d)
+    groups = []
+    for g0 in nl.static_range(0, count, group):
+        groups.append(((first + g0) * PMAX, PMAX, min(group, count - g0)))
+    if n % PMAX and _last_program():
+        groups.append((n - n % PMAX, n % PMAX, 1))
+    return groups
 
 
 def _fwd_rows(x, y, rstd, r0, parts, g, eps):
@@ -74,13 +82,8 @@ def rmsnorm_fwd(x, eps):
     n, d = x.shape
     y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     rstd = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
-    first, count = _share(n // PMAX)
-    group = _group_rows(d)
-    for g0 in nl.static_range(0, count, group):
-        g = min(group, count - g0)
-        _fwd_rows(x, y, rstd, (first + g0) * PMAX, PMAX, g, eps)
-    if n % PMAX and _last_program():
-        _fwd_rows(x, y, rstd, n - n % PMAX, n % PMAX, 1, eps)
+    for item in _row_groups(n, d):
+        _fwd_rows(x, y, rstd, item[0], item[1], item[2], eps)
     return y, rstd
 
 
@@ -131,11 +134,6 @@ def rmsnorm_bwd(x, dy, rstd):
     """dx for y = rmsnorm(x), given dy [N, D] and the forward's rstd [N, 1]."""
     n, d = x.shape
     dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
-    first, count = _share(n // PMAX)
-    group = _group_rows(d)
-    for g0 in nl.static_range(0, count, group):
-        g = min(group, count - g0)
-        _bwd_rows(x, dy, rstd, dx, (first + g0) * PMAX, PMAX, g)
-    if n % PMAX and _last_program():
-        _bwd_rows(x, dy, rstd, dx, n - n % PMAX, n % PMAX, 1)
+    for item in _row_groups(n, d):
+        _bwd_rows(x, dy, rstd, dx, item[0], item[1], item[2])
     return dx

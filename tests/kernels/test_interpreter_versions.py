@@ -230,15 +230,23 @@ def test_a_static_while_is_legal_nki_but_not_this_repositorys_style(
         _kern(tmp_path, body, version, "style", portable=True)
 
 
+def _legal_only_in(tmp_path: Path, body: str, legal: str, want: np.ndarray, error: type, match: str):
+    """``body`` runs (giving ``want``) under NKI ``legal`` and is refused under the other."""
+    other = next(v for v in BOTH if v != legal)
+    np.testing.assert_array_equal(_kern(tmp_path, body, legal, "legal")(X), want)
+    with pytest.raises(error, match=match):
+        _kern(tmp_path, body, other, "illegal")(X)
+
+
 def test_tuple_loop_targets_are_legal_from_nki_0_7(tmp_path: Path) -> None:
     body = _tile_body(
         "nisa.tensor_copy(dst=o, src=t)\n"
         "for a, b in ((1.0, 2.0), (3.0, 4.0)):\n"
         "    nisa.tensor_scalar(dst=o, data=o, op0=nl.add, operand0=a, op1=nl.add, operand1=b)"
     )
-    np.testing.assert_array_equal(_kern(tmp_path, body, "0.7")(X), X + 10)
-    with pytest.raises(NkiSubsetError, match="tuple target \\(the NKI 0.6 front-end"):
-        _kern(tmp_path, body, "0.6")
+    _legal_only_in(
+        tmp_path, body, "0.7", X + 10, NkiSubsetError, "tuple target \\(the NKI 0.6 front-end"
+    )
 
 
 # ---------------------------------------------------------------- API by version
@@ -257,9 +265,8 @@ def test_activation_reduce_scalar_bias_from_nki_0_7(tmp_path: Path) -> None:
     for version in BOTH:
         np.testing.assert_array_equal(_kern(tmp_path, _tile_body(vector), version)(X), X + 1)
     scalar = _tile_body(REDUCE_BIAS.format(bias="1.0"))
-    np.testing.assert_array_equal(_kern(tmp_path, scalar, "0.7", "sc")(X), X + 1)
-    with pytest.raises(NkiInterpreterError, match="bias must be a \\[P, 1\\] vector tile in NKI 0.6"):
-        _kern(tmp_path, scalar, "0.6", "sc")(X)
+    match = "bias must be a \\[P, 1\\] vector tile in NKI 0.6"
+    _legal_only_in(tmp_path, scalar, "0.7", X + 1, NkiInterpreterError, match)
 
 
 def test_dynamic_range_exists_in_nki_0_6_only(tmp_path: Path) -> None:
@@ -268,9 +275,8 @@ def test_dynamic_range_exists_in_nki_0_6_only(tmp_path: Path) -> None:
         "for i in nl.dynamic_range(2):\n"
         "    nisa.tensor_scalar(dst=o, data=o, op0=nl.add, operand0=1.0)"
     )
-    np.testing.assert_array_equal(_kern(tmp_path, body, "0.6")(X), X + 2)
-    with pytest.raises(NkiInterpreterError, match="nl.dynamic_range does not exist in NKI 0.7"):
-        _kern(tmp_path, body, "0.7")(X)
+    match = "nl.dynamic_range does not exist in NKI 0.7"
+    _legal_only_in(tmp_path, body, "0.6", X + 2, NkiInterpreterError, match)
 
 
 def test_nki_0_7_rejects_a_grid_other_than_the_processs_lnc(
