@@ -85,7 +85,7 @@ def test_compile_cache_location_and_free_disk(tmp_path: Path) -> None:
     assert remote.status == "ok" and "remote" in remote.skipped
     flag = {"NEURON_CC_FLAGS": f"--cache_dir={tmp_path}/cc", envmod.COMPILE_CACHE_ENV: "/nope"}
     assert envmod.compile_cache_url(flag) == f"{tmp_path}/cc"  # the flag wins
-    assert envmod.compile_cache_url({}) == envmod.DEFAULT_COMPILE_CACHE
+    assert envmod.compile_cache_url({}) == "/var/tmp/neuron-compile-cache"
 
 
 def test_versions_against_the_venv(monkeypatch: pytest.MonkeyPatch) -> None:

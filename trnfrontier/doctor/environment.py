@@ -15,17 +15,19 @@ import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+# One reading of versions and of the compile cache's place, shared with what every run
+# records (runtime/speed_env.py): doctor and summary.json never disagree.
+from trnfrontier.runtime.speed_env import COMPILE_CACHE_ENV, compile_cache_url
+from trnfrontier.runtime.speed_env import package_version as _version
 
 Status = str  # "ok" | "warn" | "fail" | "skip"
 
 TORCH_MIN = (2, 9)  # pyproject's torch>=2.9: the Trainium DLAMI venvs' torch
 NKI_MIN = (0, 3)  # the `nki` namespace kernels (NKI 0.3+, "Beta 2")
 TRN2_CORES_PER_CHIP = 8  # physical NeuronCore-v3 per Trainium2 chip
-COMPILE_CACHE_ENV = "NEURON_COMPILE_CACHE_URL"
-DEFAULT_COMPILE_CACHE = "/var/tmp/neuron-compile-cache"
 MIN_FREE_GIB = 20.0  # a d10-d20 model's NEFFs plus a checkpoint or two
 
 
@@ -38,13 +40,6 @@ class Check:
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _numbers(version: str) -> tuple[int, ...]:
@@ -178,21 +173,6 @@ def check_cores(lnc: int, nproc: int, dev: Path, env: dict[str, str]) -> Check:
         )
     spare = f"; {logical - nproc} logical core(s) idle" if nproc < logical else ""
     return Check("cores", "ok", f"{how} = {logical} logical at LNC={lnc} for nproc={nproc}{spare}")
-
-
-def compile_cache_url(env: dict[str, str]) -> str:
-    """``--cache_dir`` in NEURON_CC_FLAGS, else NEURON_COMPILE_CACHE_URL, else the default
-    (the order of the Neuron docs' "Neuron Persistent Cache" page)."""
-    try:
-        words = shlex.split(env.get("NEURON_CC_FLAGS", ""))
-    except ValueError:
-        words = []
-    for i, word in enumerate(words):
-        if word.startswith("--cache_dir="):
-            return word.split("=", 1)[1]
-        if word == "--cache_dir" and i + 1 < len(words):
-            return words[i + 1]
-    return env.get(COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE)
 
 
 def check_compile_cache(env: dict[str, str], min_free_gib: float = MIN_FREE_GIB) -> Check:

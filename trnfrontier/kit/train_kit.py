@@ -43,7 +43,7 @@ from trnfrontier.contract.launch import LNC_CHOICES, NPROC_CHOICES, choices_text
 from trnfrontier.errors import UsageError
 from trnfrontier.hints import trnf_line
 from trnfrontier.kit import launch, logs, preflight, summary
-from trnfrontier.runtime import budget_rule, exit_settle
+from trnfrontier.runtime import budget_rule, exit_settle, speed_env
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.runtime.prepare_loader import sha256_file
@@ -339,12 +339,20 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     KitInterrupted.
     """
     script, contract, run_dir, plan, notes = _start(options)
+    # Before launch: the compile cache as this run finds it. The script picks its device;
+    # with torch-neuronx installed it is the Neuron cache the compiler will use.
+    neuron = speed_env.package_version("torch-neuronx") is not None
+    speed = speed_env.capture(
+        world_size=options.nproc, device=None, lnc=options.lnc, env=plan.env,
+        compile_cache=speed_env.compile_cache_url(plan.env) if neuron else None,
+    )  # fmt: skip
     began = time.time()
     outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
     seen = _observe(outcome, plan, run_dir, contract, began)
     run = KitRun(run_dir=run_dir, summary={}, notes=notes)
     status, failed_rank = _judge(run, seen, options)
     run.summary = _document(run, seen, status, failed_rank, script=script, contract=contract, plan=plan, options=options)
+    run.summary["speed_env"] = speed
     atomic_write_json(run_dir / SUMMARY_FILE, run.summary)
     if run.problems:
         # A completed run with problems (over budget, no checkpoint) still fails.

@@ -127,6 +127,7 @@ class RunSummary(TypedDict, total=False):
     dtype: str
     world_size: int
     versions: dict[str, str | None]
+    speed_env: dict[str, Any]  # what changes speed besides the recipe (runtime/speed_env.py)
     prepare_sha256: str
     tokenizer_sha256: str
     final_checkpoint: str | None

@@ -42,6 +42,7 @@ from trnfrontier.runtime import (
     muon,
     prepare_calls,
     runlock,
+    speed_env,
 )
 from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
@@ -197,6 +198,14 @@ class Trainer:
         self.compiled = compiling.compile_enabled(r.runtime.compile, self.device.type)
         # CPU: started so that the step's large tensors reuse heap blocks (host_memory).
         self.host_memory_kept = self.device.type == "cpu" and host_memory.kept()
+        # What changes speed besides the recipe, read before anything compiles (a cold
+        # cache is part of the record): summary.json's speed_env.
+        self.speed_env = speed_env.capture(
+            world_size=info.world_size,
+            device=self.device.type,
+            lnc=r.runtime.lnc if self.device.type == "neuron" else None,
+            compile_cache=os.environ.get("TORCHINDUCTOR_CACHE_DIR") if self.compiled else None,
+        )
         if self.compiled:
             compiling.compile_optimizers(self.optimizers, self.device.type)
         self.first_step_seconds: float | None = None
@@ -624,6 +633,7 @@ class Trainer:
             "dtype": str(self.spec.dtype).removeprefix("torch."),
             "world_size": self.info.world_size,
             "versions": versions(),
+            "speed_env": self.speed_env,
             "prepare_sha256": self.prepare_sha256,
             "tokenizer_sha256": self.tokenizer_sha256,
             "final_checkpoint": str(final_path) if final_path else None,
