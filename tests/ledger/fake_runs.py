@@ -27,6 +27,9 @@ def make_run(
     created: float = 0.0,
     parent: Path | None = None,
     losses: list[float] | None = None,
+    steps: int = 100,
+    speed_env: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> Path:
     """A completed cpu_smoke run (with ``overrides``) whose trainer recorded ``val_bpb``."""
     run = root / name
@@ -35,17 +38,19 @@ def make_run(
     (run / "recipe.json").write_text(json.dumps(recipe))
     summary: dict[str, Any] = {
         "name": "cpu_smoke", "status": status, "val_bpb": val_bpb, "eval_tokens": tokens,
-        "eval_num_tokens": tokens, "eval_seq_len": seq_len, "steps": 100, "tokens": 100 * 4096,
+        "eval_num_tokens": tokens, "eval_seq_len": seq_len, "steps": steps, "tokens": steps * 4096,
         "tokens_per_second": tokens_per_second, "charged_seconds": 110.0, "device": "cpu",
         "world_size": 1, "prepare_sha256": prepare, "tokenizer_sha256": TOKENIZER, "params": 1000,
     }  # fmt: skip
+    if speed_env is not None:
+        summary["speed_env"] = speed_env
     (run / "summary.json").write_text(json.dumps(summary))
     provenance = {
         "recipe_ref": "cpu_smoke", "overrides": [f"runtime.seed={seed}", *(overrides or [])],
         "git": {"repo": None, "commit": "c0ffee" + "0" * 34, "dirty": False},
         "env": {"NEURON_CC_FLAGS": "--model-type transformer"}, "dataset": "sample",
         "data_id": "sample:0123456789abcdef", "parent": str(parent.resolve()) if parent else None,
-        "created": created,
+        "created": created, "sweep": sweep,
     }  # fmt: skip
     (run / "provenance.json").write_text(json.dumps(provenance))
     if losses is not None:

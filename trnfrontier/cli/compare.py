@@ -41,7 +41,7 @@ def render(document: dict[str, Any], console: Console) -> None:
              "pooled-from-one-side": "t-test with the spread of the side that has several runs"}  # fmt: skip
     if d["method"] in tests:
         console.print(f"test: {tests[d['method']]}, {d['df']:.1f} degrees of freedom")
-    style = "bold green" if document["verdict"].endswith("better") else "bold"
+    style = "bold green" if document["verdict"].endswith("better") else "bold yellow" if document["verdict"] == "confounded" else "bold"
     console.print(f"[{style}]{escape(document['message'])}[/{style}]")
     if document.get("caveat"):
         console.print(escape(document["caveat"]), style="dim")

@@ -59,7 +59,7 @@ def render_list(runs: list[dict[str, Any]], fits_line: str, console: Console) ->
             device += f" lnc{run['lnc']}"
         parent = short_diff(run.get("parent_diff"))
         if run.get("parent_name"):
-            parent = f"{run['parent_name']}: {parent}"
+            parent = f"{run['parent_name']}: {parent}" + (" CONFOUNDED (steps differ >10%)" if run.get("confounded") else "")
         table.add_row(
             escape(run["name"]), escape(str(run.get("recipe"))), _num(run.get("seed"), "d"), escape(parent),
             status if status == COMPLETED else f"[red]{status}[/red]",
@@ -246,3 +246,37 @@ def plot_command(
         chosen = [find_run(ledger_runs, ref) for ref in runs]
         written = plots.loss_curves([(r["name"], metrics(Path(r["run_dir"]))) for r in chosen], output, x=x)
     out().print(f"wrote {written}")
+
+
+@app.command("table")
+def table_command(
+    by: str = typer.Option(..., "--by", help="The key whose settings are the rows: a recipe key (optim.matrix_lr) or a sweep parameter."),
+    output_format: str = typer.Option("md", "--format", help="md, latex or csv."),
+    baseline: str | None = typer.Option(None, "--baseline", help="The setting the others are compared with (default: the first)."),
+    sweep: str | None = typer.Option(None, "--sweep", help="Only the trials of this sweep (its id; a glob)."),
+    name: str | None = typer.Option(None, "--name", help="Run names matching this glob."),
+    recipe: str | None = typer.Option(None, "--recipe", help="Runs of recipes whose name matches this glob."),
+    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, help="Confidence level of the intervals."),
+    json_output: bool = typer.Option(False, "--json", help="The table as one JSON document instead."),
+) -> None:
+    """The ablation table: completed runs grouped by one key, each setting's mean val_bpb,
+    spread and confidence interval, and its difference from a baseline setting (Welch's
+    test); CONFOUNDED where step counts differ by more than 10%."""
+    import fnmatch
+
+    from trnfrontier.ledger import ablation
+    from trnfrontier.ledger.listing import Filters, select
+    from trnfrontier.ledger.record import load_runs
+
+    if output_format not in ablation.FORMATS:
+        from trnfrontier.errors import UsageError
+
+        raise UsageError(f"--format {output_format}: one of {', '.join(ablation.FORMATS)}")
+    chosen = select(load_runs(note=_note), Filters(name=name, recipe=recipe, status=COMPLETED))
+    if sweep is not None:
+        chosen = [r for r in chosen if r.get("sweep") and fnmatch.fnmatchcase(r["sweep"], sweep)]
+    document = ablation.build(chosen, by, baseline, confidence)
+    if json_output:
+        print_json(document)
+        return
+    typer.echo(ablation.render(document, output_format), nl=False)

@@ -15,7 +15,7 @@ from typing import Any
 
 from trnfrontier import stats
 from trnfrontier.errors import TrnfError
-from trnfrontier.ledger import official, scores
+from trnfrontier.ledger import confound, official, scores
 from trnfrontier.ledger.groups import Group
 
 # A score further than this many robust spreads (1.4826 x MAD) from its side's median is
@@ -124,9 +124,24 @@ def compare(
         "outliers": _outliers("A", pa) + _outliers("B", pb),
     }
     document.update(_verdict(diff, min(sa.n, sb.n), spread, confidence, resolve))
+    _qualify(document, [r for r, _ in pa], [r for r, _ in pb])
     document["projection"] = _projection(all_runs or [*a.runs, *b.runs], pa[0][1], sa, sb)
     document["caveat"] = _caveat(pa[0][1])
     return document
+
+
+def _qualify(document: dict[str, Any], runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> None:
+    """What else differs besides the change: step counts (a CONFOUNDED verdict) and the
+    environment that changes speed (named in the message)."""
+    steps = confound.confounded(runs_a, runs_b)
+    environment = confound.environment_differences(runs_a, runs_b)
+    document["confounded"] = steps
+    document["environment_differences"] = environment
+    if steps is not None:
+        document["verdict"] = "confounded"
+        document["message"] = f"{confound.confounded_line(steps)}. {document['message']}"
+    if environment:
+        document["message"] += f"; {confound.environment_line(environment)}"
 
 
 # The leaderboard's evaluation length (prepare.EVAL_TOKENS_OFFICIAL; not imported: the

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.errors import UsageError
-from trnfrontier.ledger import official, reader, scores
+from trnfrontier.ledger import confound, official, reader, scores
 
 # What --sort accepts beyond the stored columns.
 DERIVED = ("val_bpb", "projected")
@@ -65,6 +65,8 @@ def annotate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "projected": list(projected) if projected else None,
                 "parent_name": parent["name"] if parent else None,
                 "parent_diff": reader.recipe_diff(parent["recipe_json"], run["recipe_json"]) if parent else None,
+                # Trained a different number of steps than its parent: not comparable as equals.
+                "confounded": bool(parent and confound.confounded([parent], [run])),
                 # Deleted or moved since it was indexed: its rows stay until `trnf runs rebuild`.
                 "present": Path(run["run_dir"]).is_dir(),
             }

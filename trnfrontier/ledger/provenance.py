@@ -31,6 +31,8 @@ from trnfrontier.runtime.rundir import PROVENANCE_FILE
 ENV_PREFIXES = ("NEURON_", "XLA_", "NCCL_", "FI_")
 ENV_NAMES = ("OMP_NUM_THREADS", "MALLOC_ARENA_MAX", "TRNF_DATASET", "TRNF_PREPARE", "PYTORCH_CUDA_ALLOC_CONF")
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+# Set by `trnf sweep` for each trial's `trnf train`: {"id", "trial", "params"} as JSON.
+SWEEP_ENV = "TRNF_SWEEP_TRIAL"
 GIT_TIMEOUT_SECONDS = 10.0
 
 
@@ -58,6 +60,18 @@ def _git(directory: Path, *args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None  # no git, or a hung filesystem: the run is recorded without it
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def sweep_trial(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The sweep trial this run is (``TRNF_SWEEP_TRIAL``), or None outside a sweep."""
+    raw = (os.environ if environ is None else environ).get(SWEEP_ENV)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def git_state(path: Path) -> dict[str, Any]:
@@ -114,6 +128,7 @@ def capture(
         "env": relevant_env(),
         **data_identity(dataset),
         "parent": parent,
+        "sweep": sweep_trial(),
         "created": time.time(),
     }
 

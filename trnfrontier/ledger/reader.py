@@ -139,6 +139,8 @@ def read_run(run_dir: Path) -> RunEntry | None:
         "final_loss": summary.get("final_loss"),
         "created": created,
         "finished": finished,
+        "speed_env": summary.get("speed_env"),
+        **sweep_columns(prov.get("sweep")),
     }
     scores = []
     train = _train_score(summary, prov, finished or created)
@@ -147,6 +149,14 @@ def read_run(run_dir: Path) -> RunEntry | None:
     scores.extend(s for s in read_jsonl(run_dir / SCORES_FILE) if isinstance(s.get("val_bpb"), (int, float)))
     official = [o for o in read_jsonl(run_dir / OFFICIAL_FILE) if isinstance(o.get("official"), (int, float))]
     return RunEntry(run=run, recipe=recipe, scores=scores, official=official)
+
+
+def sweep_columns(sweep: Any) -> dict[str, Any]:
+    """The sweep a run was a trial of (provenance.json's ``sweep``) and its parameters."""
+    if not isinstance(sweep, dict):
+        return {"sweep": None, "sweep_params": None}
+    params = sweep.get("params")
+    return {"sweep": sweep.get("id"), "sweep_params": params if isinstance(params, dict) else None}
 
 
 def _mtime(path: Path) -> float | None:

@@ -27,14 +27,14 @@ RUN_COLUMNS = (
     "git_commit", "git_dirty", "git_repo", "prepare_sha256", "tokenizer_sha256", "dataset",
     "data_id", "device", "world_size", "lnc", "env", "status", "steps", "tokens",
     "tokens_per_second", "charged_seconds", "params", "final_loss", "created", "finished",
-    "recipe_json",
+    "recipe_json", "speed_env", "sweep", "sweep_params",
 )  # fmt: skip
 SCORE_COLUMNS = (
     "run_dir", "source", "val_bpb", "num_tokens", "counted_tokens", "num_bytes", "seq_len", "split",
     "prepare_sha256", "tokenizer_sha256", "dataset", "data_id", "status", "recorded",
 )  # fmt: skip
 OFFICIAL_COLUMNS = ("run_dir", "official", "local_val_bpb", "local_num_tokens", "local_seq_len", "note", "recorded")
-JSON_COLUMNS = ("overrides", "env", "recipe_json")
+JSON_COLUMNS = ("overrides", "env", "recipe_json", "speed_env", "sweep_params")
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs ({", ".join(c + (" TEXT PRIMARY KEY" if c == "run_dir" else "") for c in RUN_COLUMNS)});
@@ -62,6 +62,7 @@ class Ledger:
             self.db = sqlite3.connect(path, timeout=30.0)
             self.db.row_factory = sqlite3.Row
             self.db.executescript(SCHEMA)
+            self._add_missing_columns()
             self.db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
             )
@@ -80,6 +81,17 @@ class Ledger:
                 f"ledger {path} has schema {version}, this trnf writes {SCHEMA_VERSION}; "
                 "rebuild it from the run directories with `trnf runs rebuild runs/`"
             )
+
+    def _add_missing_columns(self) -> None:
+        """A ledger written by an older trnf lacks columns added since (new columns only
+        ever come at the end): added empty, so its rows read as "not recorded" until the
+        run is indexed again (`trnf runs rebuild` fills them from the run directories)."""
+        tables = {"runs": RUN_COLUMNS, "scores": SCORE_COLUMNS, "official": OFFICIAL_COLUMNS}
+        for table, columns in tables.items():
+            present = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}  # noqa: S608 - fixed names
+            for column in columns:
+                if column not in present:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")  # noqa: S608 - fixed names
 
     def __enter__(self) -> Ledger:
         return self

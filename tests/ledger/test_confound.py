@@ -1,0 +1,107 @@
+"""What else differs between compared runs: step counts (CONFOUNDED) and the speed
+environment, in `trnf compare`, `trnf runs` and the ablation table `trnf runs table`."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import run_cli
+from tests.ledger.fake_runs import make_run
+from tests.ledger.test_ledger import ledger_env  # noqa: F401 - the fixture
+from trnfrontier.ledger.confound import environment_differences, steps_differ
+from trnfrontier.runtime import speed_env
+
+ENV = {"NEURON_CC_FLAGS": "--optlevel 2", "lnc": 2, "world_size": 4, "host": "trn-a", "device": "neuron",
+       "compile_cache": "warm", "versions": {"torch": "2.9.0", "torch-neuronx": "2.9.0.2", "neuronx-cc": "2.26", "nki": "0.6.0"}}  # fmt: skip
+
+
+def _sides(root: Path, b_steps: int, b_env: dict | None = None) -> None:
+    rng = random.Random(3)
+    for i in range(3):
+        make_run(root, f"a-s{i}", 0.950 + rng.gauss(0, 0.0003), seed=1337 + i, steps=100, speed_env=ENV)
+        make_run(root, f"b-s{i}", 0.940 + rng.gauss(0, 0.0003), seed=1337 + i, steps=b_steps,
+                 overrides=["optim.matrix_lr=0.03"], speed_env=b_env or ENV)  # fmt: skip
+
+
+def test_steps_differ_beyond_ten_percent() -> None:
+    assert not steps_differ(100, 91) and steps_differ(100, 89) and not steps_differ(0, 0)
+
+
+def test_compare_flags_confounded_steps_and_names_the_environment(ledger_env: Path, capsys) -> None:  # noqa: F811
+    _sides(ledger_env, b_steps=80, b_env={**ENV, "NEURON_CC_FLAGS": None, "host": "trn-b"})
+    code, out, err = run_cli(["compare", "a-s0", "b-s0", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "confounded" and doc["confounded"]["steps_a"] == 100 and doc["confounded"]["steps_b"] == 80
+    assert doc["message"].startswith("CONFOUNDED: A trained 100 steps and B 80 (20% apart")
+    assert "B better by" in doc["message"]  # the numbers are still there, qualified
+    assert [d["key"] for d in doc["environment_differences"]] == ["NEURON_CC_FLAGS", "host"]
+    assert "NEURON_CC_FLAGS --optlevel 2 vs unset; host trn-a vs trn-b" in doc["message"]
+
+
+def test_equal_steps_and_environment_compare_as_before(ledger_env: Path, capsys) -> None:  # noqa: F811
+    _sides(ledger_env, b_steps=95)
+    code, out, _ = run_cli(["compare", "a-s0", "b-s0", "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["verdict"] == "B better" and doc["confounded"] is None and doc["environment_differences"] == []
+
+
+def test_runs_without_a_recorded_environment_are_not_a_difference() -> None:
+    recorded = [{"speed_env": ENV}]
+    assert environment_differences(recorded, [{"speed_env": None}]) == []
+    assert environment_differences(recorded, [{"speed_env": {**ENV, "versions": {**ENV["versions"], "nki": "0.7.0"}}}]) == [
+        {"key": "versions.nki", "a": ["0.6.0"], "b": ["0.7.0"]}
+    ]
+
+
+def test_the_speed_record_reads_the_environment_without_importing_neuron(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {"NEURON_CC_FLAGS": f"--optlevel 1 --cache_dir={cache}", "NEURON_LOGICAL_NC_CONFIG": "1"}
+    cold = speed_env.capture(world_size=8, device="neuron", env=env)
+    assert cold["compile_cache"] == "cold" and cold["compile_cache_path"] == str(cache)
+    assert cold["lnc"] == 1 and cold["world_size"] == 8 and cold["NEURON_CC_FLAGS"].startswith("--optlevel 1")
+    assert cold["versions"]["torch"] and cold["versions"]["torch-neuronx"] is None
+    (cache / "MODULE_1").mkdir(parents=True)
+    assert speed_env.capture(world_size=8, device="neuron", env=env)["compile_cache"] == "warm"
+    assert speed_env.capture(world_size=1, device="cpu", env={})["compile_cache"] == "none"
+    assert speed_env.cache_state("s3://bucket/cache") == "remote"
+
+
+@pytest.mark.parametrize("fmt", ["md", "latex", "csv"])
+def test_the_ablation_table_by_a_key(ledger_env: Path, capsys, fmt: str) -> None:  # noqa: F811
+    rng = random.Random(5)
+    for lr, mean, steps in ((0.02, 0.950, 100), (0.03, 0.945, 100), (0.05, 0.960, 70)):
+        for i in range(3):
+            make_run(ledger_env, f"lr{lr}-s{i}", mean + rng.gauss(0, 0.0003), seed=1337 + i, steps=steps,
+                     overrides=[f"optim.matrix_lr={lr}"], speed_env=ENV, sweep={"id": "lr-1", "params": {"optim.matrix_lr": lr}})  # fmt: skip
+    code, out, err = run_cli(["runs", "table", "--by", "optim.matrix_lr", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["baseline"] == "0.02" and [r["value"] for r in doc["rows"]] == ["0.02", "0.03", "0.05"]
+    base, better, slower = doc["rows"]
+    assert base["n"] == 3 and base["difference"] is None and base["ci_half_width"] > 0
+    assert better["difference"]["high"] < 0 and better["confounded"] is None
+    assert slower["confounded"]["steps_b"] == 70 and slower["difference"]["low"] > 0
+
+    code, out, _ = run_cli(["runs", "table", "--by", "optim.matrix_lr", "--format", fmt, "--sweep", "lr-*", "--baseline", "0.03"], capsys)
+    assert code == 0
+    lines = out.strip().splitlines()
+    if fmt == "md":
+        assert lines[0].startswith("| optim.matrix_lr | n | val_bpb mean |") and len(lines) == 5
+        assert "baseline" in lines[3] and "CONFOUNDED (steps)" in lines[4]
+    elif fmt == "latex":
+        assert lines[0].startswith(r"\begin{tabular}") and r"optim.matrix\_lr" in lines[2] and r"$\pm$" in out
+    else:
+        assert lines[0].startswith("optim.matrix_lr,n,val_bpb mean,sd,95% CI,steps,vs 0.03,p,note") and len(lines) == 4
+
+
+def test_the_ablation_table_refuses_an_unknown_key_in_one_line(ledger_env: Path, capsys) -> None:  # noqa: F811
+    make_run(ledger_env, "x", 0.95)
+    code, _, err = run_cli(["runs", "table", "--by", "optim.no_such"], capsys)
+    assert code == 2 and "--by optim.no_such: run x has no such recipe key or sweep parameter" in err
+    code, _, err = run_cli(["runs", "table", "--by", "optim.matrix_lr", "--format", "html"], capsys)
+    assert code == 2 and "--format html: one of md, latex, csv" in err
