@@ -27,6 +27,7 @@ LIGHT_COMMANDS = [
     ["prepare", "--help"],
     ["doctor", "--help"],
     ["compare", "--help"],
+    ["sweep", "--help"],
     ["runs", "--help"],
     ["recipes", "--help"],
     ["recipes", "list"],
@@ -42,7 +43,7 @@ LIGHT_COMMANDS = [
 _PROBE = """
 import contextlib, io, json, sys
 from trnfrontier.cli.app import main
-report = [{"argv": None, "torch": "torch" in sys.modules}]
+report = [{"argv": None, "torch": "torch" in sys.modules, "ray": "ray" in sys.modules}]
 for argv in json.loads(sys.argv[1]):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
@@ -50,7 +51,7 @@ for argv in json.loads(sys.argv[1]):
             code = 0
         except SystemExit as exc:
             code = exc.code
-    report.append({"argv": argv, "code": code, "torch": "torch" in sys.modules})
+    report.append({"argv": argv, "code": code, "torch": "torch" in sys.modules, "ray": "ray" in sys.modules})
 sys.stdout.write(json.dumps(report))
 """
 
@@ -68,6 +69,8 @@ def test_help_version_and_recipe_commands_never_import_torch() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report[0]["torch"] is False, "importing trnfrontier.cli.app imports torch"
+    assert report[0]["ray"] is False, "importing trnfrontier.cli.app imports ray"
     for row in report[1:]:
         assert row["code"] in (0, None), row
         assert row["torch"] is False, f"`trnf {' '.join(row['argv'])}` imported torch"
+        assert row["ray"] is False, f"`trnf {' '.join(row['argv'])}` imported ray"

@@ -21,6 +21,7 @@ from trnfrontier.cli import prepare as prepare_cmd
 from trnfrontier.cli import profile as profile_cmd
 from trnfrontier.cli import recipes as recipes_cmd
 from trnfrontier.cli import runs as runs_cmd
+from trnfrontier.cli import sweep as sweep_cmd
 from trnfrontier.cli import train as train_cmd
 from trnfrontier.cli import verify as verify_cmd
 from trnfrontier.errors import TrnfError
@@ -29,7 +30,7 @@ from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 try:  # typer >= 0.22 vendors click; older releases depend on it
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import ClickException  # type: ignore[no-redef]
+    from click.exceptions import ClickException  # type: ignore[no-redef,assignment,unused-ignore]
 
 def _show_flags_as_flags() -> None:
     """Help lists a boolean flag (``--json``, ``--dry-run``, ``--help``) without a value type.
@@ -104,6 +105,7 @@ app.command("doctor")(doctor_cmd.command)
 app.add_typer(recipes_cmd.app, name="recipes")
 app.add_typer(runs_cmd.app, name="runs")
 app.command("compare")(compare_cmd.command)
+app.command("sweep")(sweep_cmd.command)
 
 
 def _flow_help(command: Any) -> None:

@@ -69,24 +69,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[list[str], Any]]
     return result
 
 
-def format_validation_error(error: ValidationError, source: str) -> str:
-    """One line per problem, each naming the key path: ``optim.matrix_lr: ...``."""
+def format_validation_error(
+    error: ValidationError,
+    source: str,
+    model: type[BaseModel] = Recipe,
+    what: str = "recipe",
+    keys_hint: str = "`trnf recipes schema` lists every key",
+) -> str:
+    """One line per problem, each naming the key path: ``optim.matrix_lr: ...``. Any
+    pydantic document with the recipe's conventions (a sweep spec) reads the same way."""
     lines = []
     for problem in error.errors():
-        path = ".".join(_key(part) for part in problem["loc"]) or "(recipe)"
+        path = ".".join(_key(part) for part in problem["loc"]) or f"({what})"
         message = " ".join(problem["msg"].removeprefix("Value error, ").split())
         if problem["type"] == "extra_forbidden":
-            near = did_you_mean(str(problem["loc"][-1]), _fields_at(problem["loc"][:-1]))
-            message = f"unknown key{near} (`trnf recipes schema` lists every key)"
+            near = did_you_mean(str(problem["loc"][-1]), _fields_at(problem["loc"][:-1], model))
+            message = f"unknown key{near} ({keys_hint})"
         else:
             message += _given(problem.get("input"))
         lines.append(f"{path}: {message}")
-    return f"{source}: invalid recipe: " + "; ".join(lines)
+    return f"{source}: invalid {what}: " + "; ".join(lines)
 
 
-def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
-    """The field names of the recipe section at ``loc`` (empty when it is not a section)."""
-    current: Any = Recipe
+def _fields_at(loc: tuple[int | str, ...], model: type[BaseModel] = Recipe) -> list[str]:
+    """The field names of the section at ``loc`` (empty when it is not a section)."""
+    current: Any = model
     for part in loc:
         fields = getattr(current, "model_fields", None)
         if fields is None or part not in fields:

@@ -1,0 +1,131 @@
+"""The sweep spec, its search space as trial words, and a trial's reading of its run
+directory (no Ray: these run in the quick suite)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli_run import run_cli
+from trnfrontier.errors import TrnfError
+from trnfrontier.sweep.space import override, params_of, scalar, train_words
+from trnfrontier.sweep.spec import SweepSpec, read_spec
+from trnfrontier.sweep.trial import Reporter, error_line, mean_loss, metric_value, progress
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _spec(tmp_path: Path, body: dict) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "recipe": "cpu_smoke", **body}), encoding="utf-8")
+    return path
+
+
+def test_the_shipped_example_spec_is_valid() -> None:
+    for path in sorted((REPO / "sweeps").glob("*.yaml")):
+        spec = read_spec(path)
+        assert spec.expected_trials() >= 2
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"space": {"optim.matrix_lr": {"grid": [0.01]}}, "concurency": 2}, "concurency: unknown key (did you mean 'concurrency'?"),
+        ({"space": {"optim.matrix_lr": {"grid": [0.01], "uniform": [0, 1]}}}, "space.'optim.matrix_lr': give exactly one of"),
+        ({"space": {"optim.matrix_lr": {"loguniform": [0, 1]}}, "search": "random", "trials": 2}, "loguniform: low 0.0 must be above 0"),
+        ({"space": {"optim.matrix_lr": {"uniform": [0.01, 0.1]}}}, "search: grid tries listed values; space.optim.matrix_lr is uniform"),
+        ({"space": {"optim.matrix_lr": {"grid": [0.01, 0.1]}}, "search": "optuna", "trials": 3}, "space.optim.matrix_lr is grid: write it as choice"),
+        ({"space": {"optim.matrix_lr": {"choice": [0.01, 0.1]}}, "search": "random"}, "trials: search: random needs"),
+        ({"space": {"optim.matrx_lr": {"grid": [0.01]}}}, "space.optim.matrx_lr = 0.01:"),
+        ({"space": {"optim.matrix_lr": {"grid": [0.01, -1.0]}}}, "space.optim.matrix_lr = -1.0:"),
+        ({"space": {"optim.matrix_lr": {"grid": [0.01]}}, "concurrency": 0}, "concurrency: Input should be greater than or equal to 1"),
+        ({"space": {}}, "space: nothing to vary"),
+        ({"space": {"optim.matrix_lr": {"grid": [0.01]}}, "resources": {"neuron_cores": "two"}}, "resources.neuron_cores:"),
+    ],
+)
+def test_a_bad_spec_is_one_line_naming_the_key(tmp_path: Path, body: dict, expected: str) -> None:
+    with pytest.raises(TrnfError) as caught:
+        read_spec(_spec(tmp_path, body))
+    message = str(caught.value)
+    assert expected in message and "\n" not in message
+
+
+def test_a_spec_error_through_the_cli_starts_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = _spec(tmp_path, {"space": {"optim.matrix_lr": {"grid": [0.01, "fast"]}}})
+    code, out, err = run_cli(["sweep", str(path), "--out", str(tmp_path / "sw")], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("trnf: error: ") and "space.optim.matrix_lr = 'fast'" in err and err.count("\n") == 1
+    assert not (tmp_path / "sw").exists()
+
+
+def test_trial_words_are_overrides_that_read_back_as_the_values() -> None:
+    assert scalar(1e-5) == "1.0e-05" and yaml.safe_load(scalar(1e-5)) == 1e-5
+    assert override("model.depth", 2) == "model.depth=2"
+    spec = SweepSpec.model_validate({
+        "name": "s", "recipe": "cpu_smoke", "overrides": ["budget.max_steps=3"], "seeds": [1, 2],
+        "space": {"optim.matrix_lr": {"grid": [0.01, 0.02]}},
+    })  # fmt: skip
+    assert spec.expected_trials() == 4
+    params = params_of(spec, {"optim.matrix_lr": 0.02, "runtime.seed": 2, "unrelated": 1})
+    assert params == {"optim.matrix_lr": 0.02, "runtime.seed": 2}
+    words = train_words(spec, params, "runs/x/t0")
+    assert words == ["cpu_smoke", "budget.max_steps=3", "optim.matrix_lr=0.02", "runtime.seed=2", "--out", "runs/x/t0"]
+
+
+def test_kit_trials_pass_the_swept_values_as_the_scripts_flags(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    spec = SweepSpec.model_validate({
+        "name": "k", "train_py": str(script), "args": ["--no-compile"], "nproc": 2,
+        "space": {"--matrix-lr": {"choice": [0.01, 0.02]}}, "search": "random", "trials": 2,
+    })  # fmt: skip
+    words = train_words(spec, {"--matrix-lr": 0.02}, "runs/k/t0")
+    assert words == ["--train-py", str(script), "--nproc", "2", "--out", "runs/k/t0", "--", "--no-compile", "--matrix-lr", "0.02"]
+    with pytest.raises(ValueError, match="seeds: a kit train.py"):
+        SweepSpec.model_validate({"name": "k", "train_py": str(script), "seeds": [1, 2], "space": {}})
+
+
+def test_progress_is_steps_or_charged_time_whichever_is_ahead() -> None:
+    assert progress({"step": 3, "charged_seconds": 1.0}, {"max_steps": 12, "seconds": 120}) == 0.25
+    assert progress({"step": 3, "charged_seconds": 60.0}, {"max_steps": 12, "seconds": 120}) == 0.5
+    assert progress({"step": 3, "charged_seconds": 30.0}, {"max_steps": None, "seconds": 120}) == 0.25
+    assert mean_loss([{"loss": 2.0}, {"loss": 4.0}]) == 3.0
+    assert mean_loss([{"loss": 2.0}, {"loss": None}]) == math.inf  # a NaN logged as null
+    assert mean_loss([]) == math.inf
+
+
+def test_the_reporter_reports_at_each_fraction_and_the_result_last(tmp_path: Path) -> None:
+    (tmp_path / "recipe.json").write_text(json.dumps({"budget": {"max_steps": 8, "seconds": 1000}}))
+    sent: list[dict] = []
+    reporter = Reporter(tmp_path, 4, sent.append)
+    with open(tmp_path / "metrics.jsonl", "w") as metrics:
+        for step in range(1, 7):
+            metrics.write(json.dumps({"step": step, "loss": 10.0 - step, "charged_seconds": 0.0}) + "\n")
+    reporter.poll()
+    assert [r["fraction"] for r in sent] == [0.25, 0.5, 0.75]
+    assert [r["train_loss"] for r in sent] == [8.5, 6.5, 4.5]  # the mean over each stretch
+    with open(tmp_path / "metrics.jsonl", "a") as metrics:
+        for step in (7, 8):
+            metrics.write(json.dumps({"step": step, "loss": 10.0 - step, "charged_seconds": 0.0}) + "\n")
+    reporter.finish(val_bpb=1.5)  # the run ended: its last stretch and its result, as 4/4
+    assert sent[-1] == {"train_loss": 2.5, "fraction": 1.0, "val_bpb": 1.5} and len(sent) == 4
+
+
+def test_a_trial_reads_its_result_and_its_error_from_its_run_directory(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = tmp_path / "trial.log"
+    log.write_text("$ trnf train ...\ntrnf: error: no prepared dataset to train on: 'x'\n")
+    assert metric_value(run, "val_bpb") is None
+    assert error_line(run, log) == "no prepared dataset to train on: 'x'"
+    (run / "summary.json").write_text(json.dumps({"status": "crashed", "error": "RuntimeError: boom", "val_bpb": None}))
+    assert error_line(run, log) == "RuntimeError: boom"
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": 1.25}))
+    assert metric_value(run, "val_bpb") == 1.25
+    (run / "scores.jsonl").write_text(json.dumps({"core": 0.2}) + "\n")
+    assert metric_value(run, "core") == 0.2

@@ -1,0 +1,272 @@
+"""One trial, as it runs inside a Ray worker: an ordinary ``trnf train`` in a process of
+its own, into its own run directory under the sweep's folder.
+
+Nothing here trusts the training process's word. What the trial reports to Ray Tune is
+read from its run directory: the training loss from ``metrics.jsonl`` as the run writes
+it (at fixed fractions of the run's budget, for ASHA), the metric from ``summary.json``
+(or, for a kit script, the trusted score ``trnf eval`` appended to ``scores.jsonl``).
+
+A trial is idempotent on its run directory, which is what makes ``trnf sweep --resume``
+honest: a completed run is reported again without training, an interrupted one continues
+with ``trnf train --resume`` from its latest checkpoint, one that stopped before any
+checkpoint starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trnfrontier import processes
+from trnfrontier.ledger.provenance import SWEEP_ENV, append_line, read_json
+from trnfrontier.runtime import runlock
+from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
+from trnfrontier.runtime.rundir import (
+    COMPLETED,
+    INTERRUPTED,
+    METRICS_FILE,
+    RECIPE_FILE,
+    SCORES_FILE,
+    read_jsonl,
+    read_summary,
+    write_crash_summary,
+)
+from trnfrontier.sweep.space import params_of, train_words
+from trnfrontier.sweep.spec import SweepSpec
+
+POLL_SECONDS = 0.5
+# How long the driver waits for a stopped trial's processes to be gone before it writes
+# the run's summary (Ray ends them with the trial's worker).
+SETTLE_SECONDS = 30.0
+LOGS_DIR = "logs"  # under the sweep folder: each trial's `trnf train` console output
+
+
+class TrialFailed(RuntimeError):
+    """The trial's run did not complete; the message is its error line (from the run)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every trial needs to know about its sweep (pickled to the Ray workers)."""
+
+    sweep_id: str
+    sweep_dir: str
+    spec: SweepSpec
+    cwd: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run_dir(self, trial_id: str) -> Path:
+        return Path(self.sweep_dir) / f"{self.spec.name}-{trial_id}"
+
+
+def trnf_command(words: list[str]) -> list[str]:
+    """``trnf ...`` with the Python this worker runs (the same installation everywhere)."""
+    return [sys.executable, "-m", "trnfrontier", *words]
+
+
+def progress(record: dict[str, Any], budget: dict[str, Any]) -> float:
+    """How far through its budget a run is at a metrics record: steps against
+    ``budget.max_steps`` or charged seconds against ``budget.seconds``, whichever is ahead."""
+    done = 0.0
+    max_steps = budget.get("max_steps")
+    if max_steps:
+        done = float(record.get("step") or 0) / float(max_steps)
+    seconds = float(budget.get("seconds") or 0)
+    if seconds > 0:
+        done = max(done, float(record.get("charged_seconds") or 0.0) / seconds)
+    return done
+
+
+def mean_loss(records: list[dict[str, Any]]) -> float:
+    """The training loss over a stretch of records (a NaN or missing loss is infinite: a
+    diverging trial ranks last)."""
+    losses = [r.get("loss") for r in records]
+    finite = [float(x) for x in losses if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not losses or len(finite) < len(losses):
+        return math.inf
+    return sum(finite) / len(finite)
+
+
+def metric_value(run_dir: Path, metric: str) -> float | None:
+    """The trial's metric, from its run directory only: summary.json, else the latest
+    trusted score in scores.jsonl (a kit run's `trnf eval`)."""
+    summary = read_summary(run_dir) or {}
+    value = summary.get(metric)
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    scored = [s.get(metric) for s in read_jsonl(run_dir / SCORES_FILE)]
+    found = [float(v) for v in scored if isinstance(v, (int, float)) and math.isfinite(v)]
+    return found[-1] if found else None
+
+
+def error_line(run_dir: Path, log: Path) -> str:
+    """Why a trial's run did not complete: its summary's error, else trnf's last error line."""
+    summary = read_summary(run_dir) or {}
+    if summary.get("status") == "diverged":
+        return f"diverged at step {summary.get('diverged_step')} (loss NaN/inf or above run.max_loss)"
+    if summary.get("error"):
+        return str(summary["error"])
+    if summary.get("problems"):
+        return str(summary["problems"][0])
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    said = [line for line in lines if line.startswith("trnf: error:")]
+    return said[-1].removeprefix("trnf: error: ") if said else f"no summary.json in {run_dir} (see {log})"
+
+
+class Reporter:
+    """Reads metrics.jsonl as the run writes it and reports the training loss to Tune at
+    each 1/N of the budget; the last report (N/N) waits for the run's result."""
+
+    def __init__(self, run_dir: Path, reports: int, report: Any) -> None:
+        self.run_dir, self.reports, self.report = run_dir, reports, report
+        self.seen = 0
+        self.sent = 0  # reports sent so far
+        self.window: list[dict[str, Any]] = []
+        self.last_loss = math.inf
+        self.budget: dict[str, Any] | None = None
+
+    def poll(self) -> None:
+        if self.budget is None:
+            recipe = read_json(self.run_dir / RECIPE_FILE)
+            if recipe is None:
+                return
+            self.budget = recipe.get("budget") or {}
+        records = read_jsonl(self.run_dir / METRICS_FILE)
+        for record in records[self.seen:]:
+            self.window.append(record)
+            done = progress(record, self.budget)
+            while self.sent + 1 < self.reports and done >= (self.sent + 1) / self.reports:
+                self.send()
+        self.seen = len(records)
+
+    def send(self, **extra: Any) -> None:
+        if self.window:
+            self.last_loss = mean_loss(self.window)
+        self.sent += 1
+        self.report({"train_loss": self.last_loss, "fraction": self.sent / self.reports, **extra})
+        self.window = []
+
+    def finish(self, **result: Any) -> None:
+        """Reports up to the last one; the last carries the run's result."""
+        self.poll()
+        while self.sent + 1 < self.reports:
+            self.send()
+        self.send(**result)
+
+
+def plan_words(job: Job, params: dict[str, Any], run_dir: Path) -> list[str] | None:
+    """The `trnf train` words for this trial now: None when its run already completed,
+    ``--resume`` from a checkpoint, else a fresh start (clearing a run that left nothing
+    worth keeping: no checkpoint, so nothing is lost)."""
+    summary = read_summary(run_dir) or {}
+    if summary.get("status") == COMPLETED:
+        return None
+    if job.spec.recipe is not None and latest_checkpoint(run_dir) is not None:
+        return ["train", "--resume", str(run_dir)]
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    return ["train", *train_words(job.spec, params, str(run_dir))]
+
+
+def run_trial(job: Job, config: dict[str, Any]) -> None:
+    """The trainable: one trial, start to end (or resumed), reporting what its run
+    directory shows. Raises TrialFailed with the run's error line when it did not complete."""
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    params = params_of(job.spec, config)
+    run_dir = job.run_dir(trial_id)
+    log = Path(job.sweep_dir) / LOGS_DIR / f"{run_dir.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    reports = job.spec.early_stop.reports if job.spec.early_stop else 1
+    reporter = Reporter(run_dir, reports, tune.report)
+    words = plan_words(job, params, run_dir)
+    if words is not None:
+        trial = {"id": job.sweep_id, "trial": trial_id, "params": params}
+        env = {**os.environ, **job.env, SWEEP_ENV: json.dumps(trial, sort_keys=True)}
+        returncode = _train(trnf_command(words), env, job.cwd, log, reporter)
+        if job.spec.train_py is not None and returncode == 0:
+            _score_kit_run(job, run_dir, env, log)
+    summary = read_summary(run_dir) or {}
+    if summary.get("status") != COMPLETED:
+        raise TrialFailed(error_line(run_dir, log))
+    reporter.finish(**{job.spec.metric: metric_value(run_dir, job.spec.metric), "steps": summary.get("steps")})
+
+
+def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: Reporter) -> int:
+    """Run ``trnf train`` to its end, reporting as its metrics land. It dies with this
+    worker (Ray stops a trial ASHA cut, or the whole sweep, by ending the worker)."""
+    with open(log, "ab") as handle:
+        handle.write(f"$ {' '.join(cmd)}\n".encode())
+        handle.flush()
+        proc = processes.start(cmd, cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, die_with_parent=True)
+        try:
+            while proc.poll() is None:
+                reporter.poll()
+                time.sleep(POLL_SECONDS)
+        finally:
+            if proc.poll() is None:
+                processes.stop_tree(proc)
+    return int(proc.returncode)
+
+
+def _score_kit_run(job: Job, run_dir: Path, env: dict[str, str], log: Path) -> None:
+    """A kit run's summary has no trusted score: `trnf eval` scores its checkpoint with
+    the trusted evaluate_bpb, and the number goes into the run's own scores.jsonl."""
+    summary = read_summary(run_dir) or {}
+    checkpoint = summary.get("final_checkpoint")
+    if not checkpoint:
+        return
+    cmd = trnf_command(["eval", "--train-py", str(job.spec.train_py), "--checkpoint", str(checkpoint), "--json"])
+    with open(log, "ab") as handle:
+        done = subprocess.run(cmd, cwd=job.cwd, env=env, stdout=subprocess.PIPE, stderr=handle, check=False)
+    try:
+        results = json.loads(done.stdout.decode("utf-8", "replace")).get("results", [])
+    except ValueError:
+        return
+    for result in results:
+        if isinstance(result.get("val_bpb"), (int, float)) and result.get("status") != "error":
+            line = {key: result.get(key) for key in ("val_bpb", "num_tokens", "num_bytes", "seq_len", "prepare_sha256", "tokenizer_sha256")}
+            append_line(run_dir / SCORES_FILE, {**line, "source": "eval", "status": "ok", "recorded": time.time()})
+
+
+def close_stopped_run(run_dir: Path, note: str, warn: Any, wait: float = SETTLE_SECONDS) -> bool:
+    """The summary of a run its sweep stopped (ASHA): Ray ends a stopped trial's worker
+    and every process under it, so `trnf train` writes none. Once the run's writers are
+    gone (its lock is free; waiting at most ``wait`` seconds), the driver writes what
+    happened, with the last checkpoint (`trnf train --resume` continues it), and indexes
+    the run in the ledger. False when the writers were still there."""
+    if not run_dir.is_dir() or read_summary(run_dir) is not None:
+        return True
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            lock = runlock.acquire(run_dir, command="trnf sweep (closing a stopped trial)")
+            break
+        except runlock.RunLockedError:
+            if time.monotonic() >= deadline:
+                if wait > 0:
+                    warn(f"{run_dir} is still being written {wait:.0f} s after its trial was stopped; left as it is")
+                return False
+            time.sleep(0.2)
+    try:
+        recipe = read_json(run_dir / RECIPE_FILE) or {}
+        write_crash_summary(run_dir, name=recipe.get("name"), error=note,
+                            last_good_checkpoint=latest_checkpoint(run_dir), status=INTERRUPTED)  # fmt: skip
+    finally:
+        lock.release()
+    from trnfrontier.ledger.record import index_run
+
+    index_run(run_dir, warn)
+    return True
