@@ -20,6 +20,7 @@ from typing import Any
 
 # One reading of versions and of the compile cache's place, shared with what every run
 # records (runtime/speed_env.py): doctor and summary.json never disagree.
+from trnfrontier.runtime import speed_env
 from trnfrontier.runtime.speed_env import COMPILE_CACHE_ENV, compile_cache_url
 from trnfrontier.runtime.speed_env import package_version as _version
 
@@ -288,26 +289,14 @@ def environment_checks(
 
 
 def speed_environment(env: dict[str, str] | None = None) -> dict[str, Any]:
-    """What in this environment changes training speed, as a JSON-ready dict: the Neuron
-    versions (package metadata), NEURON_CC_FLAGS and whether it has --optlevel=1, the LNC,
-    and the Neuron compile cache (where, whether it exists, how many entries). Imports
-    nothing heavy: for a run's summary and the ledger (issue 24, item 6)."""
+    """What in this environment changes training speed, as a run started from this shell
+    on Trainium would record it in summary.json (``runtime/speed_env.capture``, the one
+    reader: versions from package metadata, NEURON_CC_FLAGS, LNC, host, the compile
+    cache's place, state and entries), plus whether NEURON_CC_FLAGS has --optlevel=1."""
     env = dict(os.environ if env is None else env)
-    raw = env.get("NEURON_CC_FLAGS", "")
+    record = speed_env.capture(world_size=int(env.get("WORLD_SIZE") or 1), device="neuron", env=env)
     try:
-        seen, _ = _flags(shlex.split(raw))
+        seen, _ = _flags(shlex.split(env.get("NEURON_CC_FLAGS", "")))
     except ValueError:
         seen = {}
-    url = compile_cache_url(env)
-    cache: dict[str, Any] = {"url": url}
-    if "://" not in url:
-        path = Path(url)
-        cache["exists"] = path.is_dir()
-        cache["entries"] = sum(1 for _ in path.iterdir()) if path.is_dir() else 0
-    return {
-        "versions": {d: _version(d) for d in ("torch", "torch-neuronx", "neuronx-cc", "nki")},
-        "neuron_cc_flags": raw,
-        "optlevel_1": seen.get("--optlevel", "") == "1" or "-O1" in seen,
-        "lnc": env.get("NEURON_LOGICAL_NC_CONFIG"),
-        "compile_cache": cache,
-    }
+    return {**record, "optlevel_1": seen.get("--optlevel", "") == "1" or "-O1" in seen}

@@ -57,6 +57,18 @@ def compile_cache_url(env: dict[str, str]) -> str:
     return env.get(COMPILE_CACHE_ENV, DEFAULT_COMPILE_CACHE)
 
 
+def cache_entries(location: str | None) -> int | None:
+    """Entries at the top of a local cache folder (0 when it is missing); None for no
+    cache or a remote one (a URL: not looked at)."""
+    if location is None or "://" in location:
+        return None
+    try:
+        with os.scandir(location) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return 0
+
+
 def cache_state(location: str | None) -> str:
     """``warm`` (a folder with entries), ``cold`` (missing or empty), ``remote`` (a URL:
     not looked at), ``none`` (no cache in use). Read before the run compiles anything."""
@@ -64,11 +76,7 @@ def cache_state(location: str | None) -> str:
         return "none"
     if "://" in location:
         return "remote"
-    try:
-        with os.scandir(location) as entries:
-            return "warm" if any(True for _ in entries) else "cold"
-    except OSError:
-        return "cold"
+    return "warm" if cache_entries(location) else "cold"
 
 
 def capture(
@@ -95,6 +103,7 @@ def capture(
         "device": device,
         "compile_cache": cache_state(location),
         "compile_cache_path": location,
+        "compile_cache_entries": cache_entries(location),
         "versions": {name: package_version(name) for name in SPEED_PACKAGES},
     }
 
