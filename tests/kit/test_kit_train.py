@@ -76,6 +76,8 @@ def test_two_ranks_write_the_run_directory(two_rank_run: tuple[Path, Path, subpr
     summary = _summary(run_dir)
     assert summary["status"] == "completed" and summary["problems"] == []
     assert summary["mode"] == "kit" and summary["world_size"] == 2 and summary["steps"] == 8
+    assert summary["speed_env"]["world_size"] == 2 and summary["speed_env"]["lnc"] == 2  # what changes speed
+    assert json.loads((run_dir / "provenance.json").read_text())["recipe_ref"] == str(train_py.resolve())  # in the ledger
     assert summary["accounting"] == "prepare.budget_accounting"
     assert summary["over_budget"] is False and summary["charged_seconds"] >= 0
     assert summary["headroom_seconds"] == pytest.approx(summary["budget_seconds"] - summary["charged_seconds"])

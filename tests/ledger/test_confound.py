@@ -105,3 +105,19 @@ def test_the_ablation_table_refuses_an_unknown_key_in_one_line(ledger_env: Path,
     assert code == 2 and "--by optim.no_such: run x has no such recipe key or sweep parameter" in err
     code, _, err = run_cli(["runs", "table", "--by", "optim.matrix_lr", "--format", "html"], capsys)
     assert code == 2 and "--format html: one of md, latex, csv" in err
+
+
+def test_a_kit_run_is_in_the_ledger_with_its_speed_environment(ledger_env: Path, capsys) -> None:  # noqa: F811
+    run = ledger_env / "kit-run"
+    run.mkdir()
+    summary = {"mode": "kit", "status": "completed", "val_bpb": None, "steps": 50, "train_py": "/team/train.py",
+               "train_py_sha256": "c" * 64, "launch": "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py",
+               "world_size": 4, "lnc": 2, "speed_env": ENV}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "provenance.json").write_text(json.dumps({"recipe_ref": "/team/train.py", "overrides": ["--lr", "0.1"],
+                                                     "sweep": {"id": "k-1", "trial": "t0", "params": {"--lr": 0.1}}}))  # fmt: skip
+    code, out, err = run_cli(["runs", "--json"], capsys)
+    assert code == 0, err
+    (found,) = json.loads(out)["runs"]
+    assert found["name"] == "kit-run" and found["recipe"] == "train.py" and found["lnc"] == 2
+    assert found["speed_env"]["host"] == "trn-a" and found["sweep"] == "k-1" and found["sweep_params"] == {"--lr": 0.1}

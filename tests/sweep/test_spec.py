@@ -86,6 +86,9 @@ def test_kit_trials_pass_the_swept_values_as_the_scripts_flags(tmp_path: Path) -
     })  # fmt: skip
     words = train_words(spec, {"--matrix-lr": 0.02}, "runs/k/t0")
     assert words == ["--train-py", str(script), "--nproc", "2", "--out", "runs/k/t0", "--", "--no-compile", "--matrix-lr", "0.02"]
+    with pytest.raises(ValueError, match="concurrency: a train_py's trials run one at a time"):
+        SweepSpec.model_validate({"name": "k", "train_py": str(script), "concurrency": 2,
+                                  "space": {"--lr": {"grid": [1, 2]}}})  # fmt: skip
     with pytest.raises(ValueError, match="seeds: a kit train.py"):
         SweepSpec.model_validate({"name": "k", "train_py": str(script), "seeds": [1, 2], "space": {}})
 

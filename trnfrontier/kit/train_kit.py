@@ -330,6 +330,12 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
     return document
 
 
+def _warn(line: str) -> None:
+    from trnfrontier.console import err
+
+    err().print(line, style="yellow")
+
+
 def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = None) -> KitRun:
     """Launch, wait (at most ``options.timeout``), then write metrics.jsonl and summary.json.
 
@@ -346,6 +352,11 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
         world_size=options.nproc, device=None, lnc=options.lnc, env=plan.env,
         compile_cache=speed_env.compile_cache_url(plan.env) if neuron else None,
     )  # fmt: skip
+    from trnfrontier.ledger import record
+
+    # Provenance (git state of the script's repository, environment, sweep trial) before
+    # the launch; the run is indexed in the ledger once its summary is written.
+    record.start_run(run_dir, script.name, str(script), script, list(options.args), None, _warn)
     began = time.time()
     outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
     seen = _observe(outcome, plan, run_dir, contract, began)
@@ -354,6 +365,7 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     run.summary = _document(run, seen, status, failed_rank, script=script, contract=contract, plan=plan, options=options)
     run.summary["speed_env"] = speed
     atomic_write_json(run_dir / SUMMARY_FILE, run.summary)
+    record.index_run(run_dir, _warn)
     if run.problems:
         # A completed run with problems (over budget, no checkpoint) still fails.
         run.exit_code = exit_code_for(status) or EXIT_FAILED

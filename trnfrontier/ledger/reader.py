@@ -31,7 +31,19 @@ NOT_CONFIGURATION = (("name",), ("description",), ("runtime", "seed"))
 
 
 def is_run_dir(path: Path) -> bool:
-    return (path / RECIPE_FILE).is_file()
+    """A recipe run (its recipe.json) or a finished `trnf train --train-py` kit run."""
+    return (path / RECIPE_FILE).is_file() or kit_recipe(path) is not None
+
+
+def kit_recipe(run_dir: Path) -> dict[str, Any] | None:
+    """What stands for a kit run's recipe (it has none: the script and how it was
+    launched), from its summary.json; None for anything else."""
+    summary = read_json(run_dir / SUMMARY_FILE)
+    if not summary or summary.get("mode") != "kit":
+        return None
+    script = str(summary.get("train_py") or "train.py")
+    return {"name": Path(script).name, "train_py": script, "train_py_sha256": summary.get("train_py_sha256"),
+            "launch": summary.get("launch")}  # fmt: skip
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -99,7 +111,7 @@ def _train_score(summary: dict[str, Any], prov: dict[str, Any], when: float) -> 
 def read_run(run_dir: Path) -> RunEntry | None:
     """The ledger rows of ``run_dir``, or None when it is not a run directory."""
     run_dir = run_dir.resolve()
-    recipe = read_json(run_dir / RECIPE_FILE)
+    recipe = read_json(run_dir / RECIPE_FILE) or kit_recipe(run_dir)
     if recipe is None:
         return None
     summary = read_json(run_dir / SUMMARY_FILE) or {}
@@ -128,7 +140,7 @@ def read_run(run_dir: Path) -> RunEntry | None:
         "data_id": prov.get("data_id"),
         "device": summary.get("device") or runtime.get("device"),
         "world_size": summary.get("world_size") or runtime.get("nproc"),
-        "lnc": runtime.get("lnc"),
+        "lnc": runtime.get("lnc") or summary.get("lnc"),
         "env": prov.get("env") or {},
         "status": summary.get("status") or "incomplete",
         "steps": summary.get("steps"),

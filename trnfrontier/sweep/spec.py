@@ -131,6 +131,10 @@ class SweepSpec(_Strict):
             bad = [key for key in self.space if not key.startswith("-")]
             if bad:
                 raise ValueError(f"space.{bad[0]}: a train_py sweep varies the script's flags (--name)")
+            if self.concurrency > 1:
+                # trnf finds a kit run's checkpoint where the script writes it, beside the
+                # script (out/final.pt): two trials at once would take each other's.
+                raise ValueError("concurrency: a train_py's trials run one at a time (each writes out/final.pt beside the script)")
         elif self.args:
             raise ValueError("args are a train_py's flags; a recipe sweep takes overrides")
         kinds = {key: dim.kind for key, dim in self.space.items()}
