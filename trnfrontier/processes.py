@@ -123,6 +123,24 @@ def stop_tree(proc: subprocess.Popen[bytes], seen: set[Proc] | None = None, grac
         proc.wait()
 
 
+def interrupt_and_wait(proc: subprocess.Popen[bytes], wait: float) -> bool:
+    """Ask a launched tree to stop by itself: SIGINT to its group, as a terminal's Ctrl-C
+    would send (torchrun hands it on to every worker), then wait up to ``wait`` seconds.
+    True when it ended. A second Ctrl-C (or SIGTERM to trnf) ends the wait early; the
+    caller then stops the tree (``stop_tree``)."""
+    if proc.poll() is not None:
+        return True
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except (ProcessLookupError, PermissionError):
+        return proc.poll() is not None
+    try:
+        proc.wait(timeout=wait)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        return False
+    return True
+
+
 def _on_main_thread() -> bool:
     # Signal handlers can only be set from the main thread; elsewhere these are no-ops.
     return threading.current_thread() is threading.main_thread()

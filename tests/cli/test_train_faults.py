@@ -172,3 +172,32 @@ def test_a_real_full_disk_at_the_final_checkpoint_is_one_line_with_the_traceback
     assert line.startswith(f"trnf: error: training stopped: disk full writing the final checkpoint {run / 'final'}: it needs about")
     assert f"(traceback in {run / 'train.log'})" in line and "once that is fixed, start it again with `trnf train cpu_smoke" in line
     assert "Traceback (most recent call last)" in log and log.rstrip().splitlines()[-1].startswith("error: disk full writing")
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_the_checkpoint_of_the_step_in_progress(sample_home: Path, tmp_path: Path) -> None:
+    """The outside's case: Ctrl-C lost the steps since the last periodic checkpoint. Now
+    the trainer finishes its step and checkpoints it; the resume repeats nothing."""
+    run = tmp_path / "run"
+    env = {**os.environ, "TRNF_PREPARE": str(REPO / "prepare.py")}
+    args = [*LONG, "run.checkpoint_every_seconds=null"]  # no periodic checkpoint at all
+    trnf = subprocess.Popen(
+        [sys.executable, "-m", "trnfrontier", "train", "cpu_smoke", "--out", str(run), *args],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        log = run / "step_boundaries.jsonl"
+        _wait_for(lambda: log.exists() and log.read_text().count('"step"') >= 3 or trnf.poll() is not None, "3 steps")
+        assert trnf.poll() is None
+        os.killpg(trnf.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        _, err = trnf.communicate(timeout=300)
+    finally:
+        processes.kill(processes.descendants(trnf.pid) | ({p} if (p := processes.identify(trnf.pid)) else set()))
+    assert trnf.returncode == 130, err
+    checkpoint = latest_checkpoint(run)
+    assert checkpoint is not None, err
+    step = json.loads((checkpoint / "meta.json").read_text())["step"]
+    assert f"training stopped at step {step}; its checkpoint checkpoints/{checkpoint.name} (step {step}) holds every step done" in err
+    assert "Traceback" not in err
+    summary = json.loads((run / SUMMARY_FILE).read_text())
+    assert summary["status"] == "interrupted" and summary["last_good_checkpoint"] == str(checkpoint)

@@ -409,3 +409,42 @@ def test_two_process_torchrun_matches_one_process(sample_home: Path, tmp_path: P
     assert abs(l1[0] - l2[0]) < 1e-5  # same initial weights, same rows
     assert max(abs(a - b) for a, b in zip(l1, l2, strict=True)) < 2e-3
     assert l1[-1] < l1[0] - 0.3  # and it did train
+
+
+def test_ctrl_c_checkpoints_the_step_in_progress_and_the_resume_repeats_none(
+    sample_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first SIGINT (trnf passes Ctrl-C on as one) ends the run after the step it is
+    on, with that step's checkpoint; the resumed run is the uninterrupted one, bit for bit."""
+    recipe = tiny_recipe("schedule.mode=steps", "schedule.total_steps=6", "eval.final=false")
+    real_step = trainer_mod.Trainer.train_step
+
+    def ctrl_c_during_step_3(self: trainer_mod.Trainer, loop: object) -> object:
+        if self.step == 2:
+            signal.raise_signal(signal.SIGINT)  # arrives while step 3 is taken
+        return real_step(self, loop)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", ctrl_c_during_step_3)
+    run = tmp_path / "stopped"
+    summary = train(recipe, run, time_fn=FakeClock())
+    assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted"
+    assert summary["steps"] == 3 and summary["final_checkpoint"] is None
+    assert summary["last_good_checkpoint"] == str(run / "checkpoints" / "step_000003")
+    assert latest_checkpoint(run) == run / "checkpoints" / "step_000003"
+    monkeypatch.undo()
+    resumed = train(recipe, run, resume=True, time_fn=FakeClock())
+    whole = train(recipe, tmp_path / "whole", time_fn=FakeClock())
+    assert resumed["status"] == whole["status"] == "completed" and resumed["steps"] == 6
+    assert losses(run) == losses(tmp_path / "whole")  # no step repeated, none skipped
+
+
+def test_a_second_interrupt_or_nothing_to_save_stops_at_once() -> None:
+    from trnfrontier.runtime.interrupt import StopRequest
+
+    request = StopRequest(lambda: 3)
+    request(signal.SIGINT, None)
+    assert request.requested
+    with pytest.raises(KeyboardInterrupt):
+        request(signal.SIGINT, None)  # the second one
+    with pytest.raises(KeyboardInterrupt):
+        StopRequest(lambda: 0)(signal.SIGINT, None)  # no step since the last checkpoint

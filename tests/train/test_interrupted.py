@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +14,7 @@ from tests.cli_run import run_cli
 from trnfrontier.errors import TrnfError
 from trnfrontier.recipes.loading import load_recipe
 from trnfrontier.runtime import checkpoint as ck
+from trnfrontier.runtime.integrity import write_manifest
 from trnfrontier.train import plan as planning
 from trnfrontier.train import supervise
 from trnfrontier.train.interrupted import restartable, resume_note, stop_message
@@ -56,6 +58,7 @@ def _add_checkpoint(run: Path, step: int) -> None:
     for name in (ck.MODEL_FILE, ck.OPTIM_FILE, ck.STATE_FILE):
         (folder / name).write_text("{}")
     (folder / ck.META_FILE).write_text(json.dumps({"step": step, "charged_seconds": 312.4}))
+    write_manifest(folder)  # as every checkpoint trnf writes has (a resume refuses one without)
 
 
 def test_ctrl_c_before_the_first_checkpoint_suggests_a_rerun_that_works(sample_home: Path, tmp_path: Path) -> None:
@@ -86,6 +89,28 @@ def test_ctrl_c_after_a_checkpoint_suggests_resume_from_its_step(sample_home: Pa
     with pytest.raises(TrnfError, match="--resume"):
         planning.plan_new_run("cpu_smoke", [], out=run)
     assert resume_note(run) == f"resuming {run} from checkpoints/step_000040 (step 40, 312 s of the budget charged)"
+
+
+def test_the_stop_message_says_how_many_steps_a_resume_repeats(sample_home: Path, tmp_path: Path) -> None:
+    """No time for a checkpoint of the step in progress (a second Ctrl-C): the steps since
+    the newest checkpoint are done again, and the message says how many."""
+    run = _interrupted_run(tmp_path)
+    _add_checkpoint(run, 40)
+    log = run / "step_boundaries.jsonl"
+    log.write_text(json.dumps({"header": True, "start_time": 1.0}) + "\n" + "".join(
+        json.dumps({"step": i, "time": 2.0 + i}) + "\n" for i in range(40)))
+    assert stop_message(run, "unused") == (
+        f"training stopped at step 40; its checkpoint checkpoints/step_000040 (step 40) holds every step done: "
+        f"continue with `trnf train --resume {run}`"
+    )
+    with open(log, "a") as handle:
+        handle.write("".join(json.dumps({"step": i, "time": 2.0 + i}) + "\n" for i in range(40, 47)))
+    assert stop_message(run, "unused") == (
+        f"training stopped at step 47; the newest checkpoint is checkpoints/step_000040 (step 40), "
+        f"so `trnf train --resume {run}` repeats 7 steps"
+    )
+    shutil.rmtree(run / "checkpoints")
+    assert "nothing to resume (47 steps done are lost); start it again with `again`" in stop_message(run, "again")
 
 
 def test_a_live_run_without_a_summary_is_never_replaced(sample_home: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.loading import load_recipe
 from trnfrontier.runtime import checkpoint as ck
+from trnfrontier.runtime.integrity import write_manifest
 from trnfrontier.train import plan as planning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,6 +136,7 @@ def _fake_run(tmp_path: Path, *, checkpoint: bool = True, status: str | None = N
         step.mkdir(parents=True)
         for name in (ck.MODEL_FILE, ck.META_FILE, ck.OPTIM_FILE, ck.STATE_FILE):
             (step / name).write_text("{}")
+        write_manifest(step)  # as every checkpoint trnf writes has (a resume refuses one without)
     if status:
         (run / "summary.json").write_text(json.dumps({"status": status}))
     return run

@@ -67,7 +67,7 @@ RunStatus = Literal["completed", "diverged", "crashed", "interrupted", "timed_ou
 COMPLETED: RunStatus = "completed"
 DIVERGED: RunStatus = "diverged"
 CRASHED: RunStatus = "crashed"
-INTERRUPTED: RunStatus = "interrupted"  # kit runs: trnf stopped the launch (Ctrl-C, SIGTERM)
+INTERRUPTED: RunStatus = "interrupted"  # Ctrl-C / SIGTERM: recipe runs checkpoint their last step (runtime/interrupt.py)
 TIMED_OUT: RunStatus = "timed_out"  # kit runs: still running at --timeout, killed
 
 # The exit status of whatever ran the training (the runtime entry point, a generated

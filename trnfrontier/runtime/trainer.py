@@ -39,6 +39,7 @@ from trnfrontier.runtime import (
     devices,
     distributed,
     host_memory,
+    interrupt,
     muon,
     prepare_calls,
     runlock,
@@ -57,6 +58,7 @@ from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
     FINAL_EVAL_MARK,
+    INTERRUPTED,
     METRICS_FILE,
     STEP_LOG_ENV,
     STEP_LOG_FILE,
@@ -187,6 +189,8 @@ class Trainer:
         self.tokenizer_sha256 = getattr(self.tokenizer, "sha256", None)
 
         self.step, self.tokens = 0, 0
+        self.saved_step = 0  # the step of the newest checkpoint this run can resume from
+        self.stop_request = interrupt.StopRequest()  # set by Ctrl-C while run() steps
         self.prior_charged, self.prior_excluded = 0.0, 0.0
         self.data_state: list[dict[str, Any]] | None = None  # one state per data stream
         self.resumed_from: str | None = None
@@ -247,6 +251,7 @@ class Trainer:
                 f"{latest} was written by {meta.get('world_size')} processes; resume with the same --nproc"
             )
         self.step, self.tokens = int(meta["step"]), int(meta["tokens"])
+        self.saved_step = self.step
         self.prior_charged = float(meta["charged_seconds"])
         self.prior_excluded = float(meta.get("excluded_seconds", 0.0))
         self.data_state = state["data"]
@@ -296,7 +301,9 @@ class Trainer:
             except DiskFullError as exc:
                 # A full disk costs this checkpoint, not the run: the previous one stays.
                 _warn(f"warning: {exc}; checkpoint skipped, last good one: {latest_checkpoint(self.out_dir)}")
-        distributed.barrier()
+        (saved,) = distributed.any_true([path is not None], self.device)
+        if saved:
+            self.saved_step = self.step  # what a Ctrl-C would lose is counted from here
         return path
 
     def _save_final(self, clock: BudgetClock) -> Path:
@@ -411,13 +418,14 @@ class Trainer:
     # -------------------------------------------------------------- the loop
 
     def run(self) -> dict[str, Any]:
-        """Set up, step until a limit, the budget or divergence stops the run, finish."""
-        loop = self.begin()
-        self.model.train()
-        while True:
-            result = self.train_step(loop)
-            if result is None or self.periodic(loop, result):
-                break
+        """Set up, step until a limit, the budget, divergence or Ctrl-C stops the run, finish."""
+        with interrupt.stop_requests(lambda: self.step - self.saved_step) as self.stop_request:
+            loop = self.begin()
+            self.model.train()
+            while True:
+                result = self.train_step(loop)
+                if result is None or self.periodic(loop, result):
+                    break
         return self.finish(loop)
 
     def begin(self) -> _Loop:
@@ -508,9 +516,11 @@ class Trainer:
         reason = self._stop_reason(clock)
         eval_local = eval_every is not None and now - loop.last_eval >= eval_every
         ckpt_local = ckpt_every is not None and now - loop.last_ckpt >= ckpt_every
-        stop, eval_due, ckpt_due = distributed.any_true(
-            [bool(reason), eval_local, ckpt_local], self.device
+        stop, eval_due, ckpt_due, interrupted = distributed.any_true(
+            [bool(reason), eval_local, ckpt_local, self.stop_request.requested], self.device
         )
+        if interrupted:  # Ctrl-C on any rank: this step's checkpoint, then stop
+            return self._interrupted(loop, result)
         record: dict[str, Any] = {}
         if self.step % run_cfg.log_every_steps == 0 or stop or eval_due:
             record = self._record(loop, result.loss, now)
@@ -527,6 +537,18 @@ class Trainer:
         if stop:
             loop.stop_reason = reason or "budget"  # "": another rank's clock ran out
         return stop
+
+    def _interrupted(self, loop: _Loop, result: StepResult) -> bool:
+        """Ctrl-C asked for a stop: log this step and write its checkpoint, so that
+        ``--resume`` repeats no step. Every rank is here (the decision was all-reduced)."""
+        record = self._record(loop, result.loss, loop.step_end)
+        self.metrics.write(record)
+        loop.status, loop.stop_reason = INTERRUPTED, "interrupted"
+        loop.last_good = self._save_checkpoint(loop.clock) or latest_checkpoint(self.out_dir)
+        if self.main:
+            print(_format_record(record, self.recipe.budget.seconds), flush=True)
+            print(f"interrupted at step {self.step}: checkpoint {loop.last_good}", file=sys.stderr, flush=True)
+        return True
 
     def _record(self, loop: _Loop, local_loss: float, now: float) -> dict[str, Any]:
         """One metrics.jsonl line (the loss averaged over ranks: a collective)."""

@@ -29,6 +29,7 @@ from trnfrontier.runtime.rundir import (
     RECIPE_FILE,
     STEP_LOG_FILE,
     SUMMARY_FILE,
+    read_jsonl,
     read_summary,
 )
 
@@ -61,18 +62,35 @@ def resume_note(run_dir: Path) -> str | None:
     return f"resuming {run_dir} from {latest.relative_to(run_dir)}{detail}"
 
 
+def steps_done(run_dir: Path) -> int | None:
+    """How many steps the run completed, from its step-boundary log (the last 0-based
+    index + 1; a resumed run's log goes on from its checkpoint), None when it has none."""
+    steps = [r["step"] for r in read_jsonl(run_dir / STEP_LOG_FILE) if type(r.get("step")) is int]
+    return steps[-1] + 1 if steps else None
+
+
 def stop_message(run_dir: Path, rerun: str) -> str:
-    """What to type after an interrupted run: ``--resume`` when a checkpoint exists, else
-    ``rerun`` (the command that started it), which restarts it in the same folder."""
+    """What to type after an interrupted run, and what it costs: ``--resume`` when a
+    checkpoint exists (with how many steps it repeats: those done since that checkpoint),
+    else ``rerun`` (the command that started it), which restarts it in the same folder."""
     latest = latest_checkpoint(run_dir)
+    done = steps_done(run_dir)
+    resume = f"`{trnf_line('train', '--resume', str(run_dir))}`"
     if latest is not None:
-        step = checkpoint_meta(latest).get("step", "?")
-        return (
-            f"training stopped; continue it from {latest.relative_to(run_dir)} (step {step}) "
-            f"with `{trnf_line('train', '--resume', str(run_dir))}`"
-        )
+        step = checkpoint_meta(latest).get("step")
+        where = f"{latest.relative_to(run_dir)} (step {step if step is not None else '?'})"
+        if isinstance(step, int) and done is not None and done > step:
+            repeated = done - step
+            return (
+                f"training stopped at step {done}; the newest checkpoint is {where}, so {resume} "
+                f"repeats {repeated} step{'s' if repeated != 1 else ''}"
+            )
+        if isinstance(step, int) and done == step:
+            return f"training stopped at step {done}; its checkpoint {where} holds every step done: continue with {resume}"
+        return f"training stopped; continue it from {where} with {resume}"
+    lost = f" ({done} step{'s' if done != 1 else ''} done are lost)" if done else ""
     return (
-        f"training stopped before its first checkpoint, so there is nothing to resume; "
+        f"training stopped before its first checkpoint, so there is nothing to resume{lost}; "
         f"start it again with `{rerun}`"
     )
 

@@ -47,6 +47,9 @@ from trnfrontier.train.plan import RunPlan
 
 # How long the workers get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_SECONDS = 10.0
+# After Ctrl-C, how long the trainer gets to finish its step and write its checkpoint
+# (runtime/interrupt.py) before it is stopped as after a second Ctrl-C.
+INTERRUPT_WAIT_SECONDS = 120.0
 
 
 class MetricsTail:
@@ -274,6 +277,13 @@ def _run_locked(
                         break
                     time.sleep(poll_seconds)
             except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    follow.stop()
+                    err().print(
+                        "stopping: the trainer finishes its step and writes that step's checkpoint "
+                        "(Ctrl-C again to stop at once)"
+                    )
+                    processes.interrupt_and_wait(proc, INTERRUPT_WAIT_SECONDS)
                 _terminate(proc)
                 if isinstance(exc, KeyboardInterrupt) and not _fresh_summary(run_dir, previous_summary):
                     # The worker stops without a summary on Ctrl-C; the run directory says
