@@ -7,7 +7,9 @@ Grammar, after ``shlex`` tokenising in POSIX mode with punctuation characters sp
 
 Exactly these five tokens in this order. Any other byte that a shell would treat
 specially (``$``, backquotes, newlines beyond a trailing one, ``#``) is refused before
-tokenising, so command substitution and comments cannot hide in a token.
+tokenising, so command substitution and comments cannot hide in a token. The LNC and
+nproc choices (and which pairs go together) are the phase's (``contract.phases``); the
+grammar above is Phase 1's, the default.
 """
 
 from __future__ import annotations
@@ -16,14 +18,18 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
+
 # Phase 1's launch shapes (one Trainium2 chip): NEURON_LOGICAL_NC_CONFIG and
 # nproc_per_node. The grammar below and trnf train / package / init check against these.
-LNC_CHOICES = (1, 2)
-NPROC_CHOICES = (1, 4, 8)
+LNC_CHOICES = PHASES[DEFAULT_PHASE].lnc_choices
+NPROC_CHOICES = PHASES[DEFAULT_PHASE].nproc_choices
 
 _SHELL_SPECIAL = set("$`\\\"'#*?[]{}~!")
-_ENV = re.compile(rf"^NEURON_LOGICAL_NC_CONFIG=({'|'.join(map(str, LNC_CHOICES))})$")
-_NPROC = re.compile(rf"^--nproc_per_node=({'|'.join(map(str, NPROC_CHOICES))})$")
+
+
+def _word(prefix: str, choices: tuple[int, ...]) -> re.Pattern[str]:
+    return re.compile(rf"^{prefix}({'|'.join(map(str, choices))})$")
 
 
 def _alternatives(choices: tuple[int, ...]) -> str:
@@ -52,8 +58,10 @@ class LaunchError(ValueError):
     pass
 
 
-def parse_launch(text: str) -> Launch:
-    """Parse launch.txt content, or raise LaunchError naming what is wrong."""
+def parse_launch(text: str, phase: Phase = PHASES[DEFAULT_PHASE]) -> Launch:
+    """Parse launch.txt content, or raise LaunchError naming what is wrong (the shapes
+    ``phase`` accepts; Phase 1's by default)."""
+    lncs, nprocs = phase.lnc_choices, phase.nproc_choices
     line = text[:-1] if text.endswith("\n") else text
     if "\n" in line or "\r" in line:
         raise LaunchError("launch.txt must be a single line")
@@ -69,20 +77,26 @@ def parse_launch(text: str) -> Launch:
     operators = [t for t in tokens if t and set(t) <= set("();<>|&")]
     if operators:
         raise LaunchError(f"launch line contains {operators[0]!r} (pipes, redirects, chaining and backgrounding are not allowed)")
-    expected = launch_line(_alternatives(NPROC_CHOICES), _alternatives(LNC_CHOICES))
+    expected = launch_line(_alternatives(nprocs), _alternatives(lncs))
     if len(tokens) != 5:
         raise LaunchError(f"launch line has {len(tokens)} words, expected exactly: {expected}")
     env, exe, standalone, nproc, script = tokens
-    env_match = _ENV.match(env)
+    env_match = _word("NEURON_LOGICAL_NC_CONFIG=", lncs).match(env)
     if not env_match:
-        raise LaunchError(f"first word {env!r} must be NEURON_LOGICAL_NC_CONFIG={choices_text(LNC_CHOICES, ' or =')} (and no other variable)")
+        raise LaunchError(f"first word {env!r} must be NEURON_LOGICAL_NC_CONFIG={choices_text(lncs, ' or =')} (and no other variable)")
     if exe != "torchrun":
         raise LaunchError(f"launcher {exe!r} must be torchrun")
     if standalone != "--standalone":
         raise LaunchError(f"expected --standalone after torchrun, got {standalone!r}")
-    nproc_match = _NPROC.match(nproc)
+    nproc_match = _word("--nproc_per_node=", nprocs).match(nproc)
     if not nproc_match:
-        raise LaunchError(f"{nproc!r} must be --nproc_per_node={choices_text(NPROC_CHOICES)}")
+        raise LaunchError(f"{nproc!r} must be --nproc_per_node={choices_text(nprocs)}")
     if script != "train.py":
         raise LaunchError(f"the script must be train.py, got {script!r}")
-    return Launch(lnc=int(env_match.group(1)), nproc=int(nproc_match.group(1)))
+    launch = Launch(lnc=int(env_match.group(1)), nproc=int(nproc_match.group(1)))
+    if not phase.accepts(launch.lnc, launch.nproc):
+        raise LaunchError(
+            f"Phase {phase.number} runs {phase.shapes_text()} (the whole {phase.instance}); "
+            f"got --nproc_per_node={launch.nproc} with LNC {launch.lnc}"
+        )
+    return launch

@@ -16,10 +16,19 @@ import dataclasses
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES
 from trnfrontier.runtime import recipe as spec
-from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.runtime.recipe import (
     DeviceName,
     KernelChoice,
@@ -213,17 +222,8 @@ class BudgetSection(Section, spec=spec.BudgetSpec):
     startup_steps_excluded: int = knob(ge=0)
     startup_allowance_cap_seconds: float = knob(ge=0)
     checkpoint_reserve_seconds: float = knob(ge=0, description="Kept free at the end for the final checkpoint.")
-    competition: bool = knob(description="Enforce the competition's limits (seconds <= 1800).")
+    competition: bool = knob(description="Enforce the competition's limits (seconds <= the phase's budget: 1800 in Phase 1, 14400 in Phase 2).")
     max_steps: int | None = knob(ge=1, description="Stop after this many steps even with budget left.")
-
-    @model_validator(mode="after")
-    def _within_rules(self) -> BudgetSection:
-        if self.competition and self.seconds > BUDGET_SECONDS:
-            raise ValueError(
-                f"seconds={self.seconds:g} exceeds the competition budget of {BUDGET_SECONDS:g} s "
-                "(set budget.competition=false for a non-competition experiment)"
-            )
-        return self
 
 
 class RuntimeSection(Section, spec=spec.RuntimeSpec):
@@ -235,7 +235,7 @@ class RuntimeSection(Section, spec=spec.RuntimeSpec):
         "The cache lives under the data home, so a second run starts warm.",
     )
     seed: int = knob(ge=0, le=MAX_SEED)
-    nproc: int = knob(ge=1, le=64, description="Processes (torchrun --nproc_per_node).")
+    nproc: int = knob(ge=1, le=128, description="Processes (torchrun --nproc_per_node; a Phase 2 server runs 64 or 128).")
     # An int in [1, 2], not Literal[1, 2]: a Literal accepts true as 1.
     lnc: int = knob(ge=1, le=2, description="NEURON_LOGICAL_NC_CONFIG on Neuron (1 or 2).")
     threads: int | None = knob(ge=1, description="CPU threads per process (default: torch's).")
@@ -276,6 +276,15 @@ class RunSection(Section, spec=spec.RunSpec):
 class Recipe(Section):
     name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
+    # An int in [1, 2], not Literal[1, 2]: a Literal accepts true as 1.
+    phase: int = Field(
+        DEFAULT_PHASE,
+        ge=1,
+        le=2,
+        description="The competition phase the run is for (contract/phases.py): 1, one chip for 30 minutes; "
+        "2, a 16-chip trn2.48xlarge for 4 hours (budget.seconds defaults to 14400, package and verify "
+        "check Phase 2's launch shapes and an inference.py).",
+    )
     model: ModelSection = ModelSection()
     optim: OptimSection = OptimSection()
     schedule: ScheduleSection = ScheduleSection()
@@ -285,6 +294,37 @@ class Recipe(Section):
     eval: EvalSection = EvalSection()
     kernels: KernelsSection = KernelsSection()
     run: RunSection = RunSection()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _phase_budget(cls, data: object) -> object:
+        """A phase's budget is the default of ``budget.seconds`` (set it to run shorter)."""
+        if not isinstance(data, dict) or data.get("phase", DEFAULT_PHASE) not in PHASES:
+            return data
+        budget = data.get("budget", {})
+        if isinstance(budget, dict) and "seconds" not in budget and data.get("phase", DEFAULT_PHASE) != DEFAULT_PHASE:
+            return {**data, "budget": {**budget, "seconds": PHASES[data["phase"]].budget_seconds}}
+        return data
+
+    @field_validator("budget", mode="after")
+    @classmethod
+    def _within_rules(cls, budget: BudgetSection, info: ValidationInfo) -> BudgetSection:
+        # phase is declared before budget, so it is validated first (absent if it failed).
+        limit = PHASES[info.data.get("phase", DEFAULT_PHASE)].budget_seconds
+        if budget.competition and budget.seconds > limit:
+            raise ValueError(
+                f"seconds={budget.seconds:g} exceeds the competition budget of {limit:g} s "
+                "(set budget.competition=false for a non-competition experiment)"
+            )
+        return budget
+
+    @model_serializer(mode="wrap")
+    def _without_phase_1(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Phase 1 is not written: its recipe.json, meta.json and train.py stay as they were."""
+        data = handler(self)
+        if data.get("phase") == DEFAULT_PHASE:
+            del data["phase"]
+        return data
 
     @model_validator(mode="after")
     def _batch_geometry(self) -> Recipe:

@@ -232,6 +232,8 @@ class ResolvedRecipe:
     eval: EvalSpec
     kernels: KernelsSpec
     run: RunSpec
+    # The competition phase (1 or 2); recipe.json leaves Phase 1 out, so it is optional here.
+    phase: int = 1
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResolvedRecipe:
@@ -242,7 +244,7 @@ class ResolvedRecipe:
         unknown = sorted(set(data) - set(sections))
         if unknown:
             raise RecipeError(f"resolved recipe: unknown section {unknown[0]}")
-        missing = [name for name in sections if name not in data]
+        missing = [name for name in sections if name not in data and name != "phase"]
         if missing:
             raise RecipeError(f"resolved recipe: {missing[0]} is missing (resolve it with trnf's recipe schema)")
         return cls(
@@ -257,13 +259,22 @@ class ResolvedRecipe:
             eval=_section(EvalSpec, data["eval"], "eval"),
             kernels=_section(KernelsSpec, data["kernels"], "kernels"),
             run=_section(RunSpec, data["run"], "run"),
+            phase=_phase(data.get("phase", 1)),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data, equal to the ``model_dump(mode="json")`` it came from."""
         data = dataclasses.asdict(self)
         data["optim"]["adam_betas"] = list(self.optim.adam_betas)
+        if self.phase == 1:
+            del data["phase"]  # as the schema writes it: Phase 1 recipes are unchanged
         return data
 
     def grad_accum_steps(self, world_size: int) -> int:
         return grad_accum_steps(self.data.batch_size, self.model.sequence_len, world_size, self.data.total_batch_tokens)
+
+
+def _phase(value: Any) -> int:
+    if type(value) is not int or value not in (1, 2):
+        raise RecipeError(f"resolved recipe: phase={value!r} must be 1 or 2")
+    return value
