@@ -40,10 +40,11 @@ import torch.distributed as dist
 
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import build_optimizers
+from trnfrontier.runtime.recipe import OptimSpec
 from trnfrontier.runtime.sharded_optim import ShardedUpdate
 
 REPO = Path(__file__).resolve().parents[1]
-OPTIM = {"matrix_lr": 0.02, "weight_decay": 0.1, "muon_momentum": 0.95}
+OPTIM = OptimSpec(matrix_lr=0.02, weight_decay=0.1, muon_momentum=0.95)
 
 
 def _model(depth: int, width: int) -> GPT:

@@ -20,15 +20,10 @@ import torch.distributed as dist
 
 from trnfrontier.runtime.model import GPT, GPTConfig
 from trnfrontier.runtime.optim import apply_schedule, build_optimizers, clip_grad_norm
+from trnfrontier.runtime.recipe import OptimSpec
 from trnfrontier.runtime.sharded_optim import ShardedUpdate
 
-OPTIM = {
-    "matrix_lr": 0.02,
-    "weight_decay": 0.1,
-    "cautious_weight_decay": True,
-    "normuon": True,
-    "muon_momentum": 0.95,
-}
+OPTIM = OptimSpec(matrix_lr=0.02, weight_decay=0.1, cautious_weight_decay=True, normuon=True, muon_momentum=0.95)
 STEPS, RESUMED_STEPS = 4, 3
 
 
