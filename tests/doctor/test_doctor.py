@@ -183,7 +183,7 @@ def test_a_missing_dataset_fails_naming_the_data_root_and_why(
     check = local_checks.check_dataset(load_recipe("cpu_smoke"), dict(__import__("os").environ))
     assert check.status == "warn" and "trnf prepare" in check.checked
     assert str(tmp_path / "kit") in check.checked
-    assert "$NEURON_COMPETITION_R1_CACHE_DIR (it wins over $TRNF_HOME)" in check.checked
+    assert f"$NEURON_COMPETITION_R1_CACHE_DIR (it wins over $TRNF_HOME={tmp_path / 'home'})" in check.checked
 
 
 def test_sandbox_rung_warns_without_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -176,3 +176,37 @@ def test_resume_with_a_corrupt_recipe_json(sample_home, tmp_path: Path) -> None:
     (run / "recipe.json").write_text("{not json")
     with pytest.raises(TrnfError, match="unreadable"):
         planning.plan_resume(run, [])
+
+
+def test_no_dataset_names_the_root_and_the_variable_that_chose_it(
+    sample_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outside's case: NEURON_COMPETITION_R1_CACHE_DIR and TRNF_HOME both set; trnf
+    looked under the kit's folder in silence while the data was prepared under TRNF_HOME."""
+    kit = tmp_path / "kit-cache"
+    kit.mkdir()
+    monkeypatch.setenv("NEURON_COMPETITION_R1_CACHE_DIR", str(kit))
+    monkeypatch.delenv("TRNF_DATASET")
+    recipe = load_recipe("cpu_smoke")
+    with pytest.raises(TrnfError) as info:
+        planning.check_can_train(recipe)
+    assert str(info.value) == (
+        f"no prepared dataset to train on under {kit} (the data root, chosen by $NEURON_COMPETITION_R1_CACHE_DIR "
+        f"(it wins over $TRNF_HOME={sample_home})); the datasets prepared under {sample_home} are used once "
+        "NEURON_COMPETITION_R1_CACHE_DIR is unset"
+    )
+    monkeypatch.delenv("TRNF_HOME")  # nothing hidden: prepare.py's own words, and where it looked
+    with pytest.raises(TrnfError) as info:
+        planning.check_can_train(recipe)
+    assert f"no prepared dataset under {kit}" in str(info.value)
+    assert str(info.value).endswith(f"(data root {kit}, chosen by $NEURON_COMPETITION_R1_CACHE_DIR)")
+
+
+def test_help_states_the_data_root_order(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.cli_run import run_cli
+
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0
+    assert "$NEURON_COMPETITION_R1_CACHE_DIR when set (the kit's variable wins), else this, else ~/.cache/trnfrontier" in " ".join(
+        line.strip("│ ") for line in out.splitlines()
+    )

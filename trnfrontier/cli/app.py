@@ -76,7 +76,11 @@ def global_options(
         None, "--prepare", envvar=PREPARE_ENV, help="The trusted prepare.py to use (default: the project's own)."
     ),
     home: Path | None = typer.Option(
-        None, "--home", envvar="TRNF_HOME", help="Data and cache root (default ~/.cache/trnfrontier)."
+        None,
+        "--home",
+        envvar="TRNF_HOME",
+        help="Data and cache root: $NEURON_COMPETITION_R1_CACHE_DIR when set (the kit's variable wins), "
+        "else this, else ~/.cache/trnfrontier.",
     ),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:

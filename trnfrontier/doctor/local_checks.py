@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.runtime.data_home import DEFAULT_HOME, HOME_ENV, KIT_CACHE_DIR_ENV, data_home
+from trnfrontier.runtime.data_home import data_home, data_root_reason
 
 from .environment import Check, kernels_summary
 
@@ -31,16 +31,6 @@ def check_recipe(recipe: Any) -> Check:
         f"{recipe.name}: device {r.device}, dtype {r.dtype}, nproc {r.nproc}, LNC {r.lnc}, "
         f"compile {r.compile}, kernels: {kernels_summary(recipe_kernels(recipe))}",
     )
-
-
-def data_root_reason(env: dict[str, str]) -> str:
-    """Which variable chose the data root (the order prepare.py and trnf share)."""
-    if env.get(KIT_CACHE_DIR_ENV):
-        also = f" (it wins over ${HOME_ENV})" if env.get(HOME_ENV) else ""
-        return f"${KIT_CACHE_DIR_ENV}{also}"
-    if env.get(HOME_ENV):
-        return f"${HOME_ENV}"
-    return f"the default {DEFAULT_HOME} (neither ${KIT_CACHE_DIR_ENV} nor ${HOME_ENV} set)"
 
 
 def _free_gib(path: Path) -> tuple[Path, float]:

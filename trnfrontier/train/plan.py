@@ -25,6 +25,12 @@ from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime import host_memory, runlock
 from trnfrontier.runtime.checkpoint import check_resumable
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
+from trnfrontier.runtime.data_home import (
+    KIT_CACHE_DIR_ENV,
+    data_home,
+    data_root_reason,
+    hidden_home,
+)
 from trnfrontier.runtime.devices import NEURON_PIP_HINT
 from trnfrontier.runtime.integrity import DamagedFileError
 from trnfrontier.runtime.prepare_loader import PREPARE_ENV
@@ -241,7 +247,7 @@ def check_can_train(recipe: Recipe) -> None:
         try:
             find_dataset(recipe.data.dataset)
         except Exception as exc:  # noqa: BLE001 - prepare.PrepareError, or a kit's own error type
-            raise TrnfError(f"no prepared dataset to train on: {exc}") from None
+            raise TrnfError(no_dataset_line(exc)) from None
     check_token_files(module, recipe.data.dataset)
     device = recipe.runtime.device
     if device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
@@ -257,6 +263,19 @@ def check_can_train(recipe: Recipe) -> None:
                 "runtime.device=cuda but torch sees no CUDA device; use runtime.device=cpu or auto",
                 exit_code=2,
             )
+
+
+def no_dataset_line(exc: Exception) -> str:
+    """prepare.py's "not prepared" refusal, with the data root it looked in and why that
+    one; where the kit's variable hides datasets prepared under $TRNF_HOME, the way back."""
+    root, why = data_home(), data_root_reason()
+    hidden = hidden_home()
+    if hidden is not None:
+        return (
+            f"no prepared dataset to train on under {root} (the data root, chosen by {why}); the datasets "
+            f"prepared under {hidden} are used once {KIT_CACHE_DIR_ENV} is unset"
+        )
+    return f"no prepared dataset to train on: {exc} (data root {root}, chosen by {why})"
 
 
 def check_token_files(module: Any, dataset: str | None) -> None:
