@@ -660,16 +660,20 @@ def download_file(
     on_bytes: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
     cancel: threading.Event | None = None,
+    valid: Callable[[Path], bool] = parquet_is_valid,
+    advice: str = "check the network or TRNF_CLIMBMIX_URL, or use --source sample",
 ) -> Path:
-    """Download one parquet shard to ``dest``: Range-resume of ``dest.partial``, retries with
-    exponential backoff, footer check before the atomic rename. A shard under its final
-    name is always valid; a failure raises PrepareError."""
+    """Download one file (a parquet shard by default) to ``dest``: Range-resume of
+    ``dest.partial``, retries with exponential backoff, footer check before the atomic
+    rename. A shard under its final
+    name is always valid; a failure raises PrepareError. Other files (trnf's CORE bundle)
+    pass their own ``valid`` check and the ``advice`` its errors end with."""
     import http.client
     import socket
     import urllib.error
     import urllib.request
 
-    if dest.exists() and parquet_is_valid(dest):
+    if dest.exists() and valid(dest):
         return dest
     base_delay = float(os.environ.get("TRNF_DOWNLOAD_BACKOFF", "1.0")) if backoff is None else backoff
     partial = dest.with_name(dest.name + ".partial")
@@ -708,9 +712,9 @@ def download_file(
             size = partial.stat().st_size
             if total is not None and size != total:
                 raise _Retry(f"connection ended at byte {size} of {total}")
-            if not parquet_is_valid(partial):
+            if not valid(partial):
                 partial.unlink(missing_ok=True)  # a complete but corrupt file: start over
-                raise _Retry("the downloaded file is not a valid parquet file")
+                raise _Retry(f"the downloaded file is not a valid {dest.suffix.lstrip('.') or 'file'}")
             os.replace(partial, dest)
             return dest
         except urllib.error.HTTPError as exc:
@@ -718,20 +722,17 @@ def download_file(
             if exc.code == 416:
                 partial.unlink(missing_ok=True)
             elif 400 <= exc.code < 500 and exc.code not in (408, 429):
-                raise PrepareError(f"{url}: HTTP {exc.code} {exc.reason}; check TRNF_CLIMBMIX_URL and the shard index") from None
+                raise PrepareError(f"{url}: HTTP {exc.code} {exc.reason}; {advice}") from None
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, socket.gaierror):
-                raise PrepareError(
-                    f"cannot reach {url} ({exc.reason}); check the network or TRNF_CLIMBMIX_URL, or use --source sample"
-                ) from None
+                raise PrepareError(f"cannot reach {url} ({exc.reason}); {advice}") from None
             last_error = str(exc.reason)
         except _Retry as exc:
             last_error = str(exc)
         except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
             last_error = f"{type(exc).__name__}: {exc}"
     raise PrepareError(
-        f"could not download {url} after {retries + 1} attempts (last: {last_error}); "
-        "check the network or TRNF_CLIMBMIX_URL and rerun (it resumes), or use --source sample"
+        f"could not download {url} after {retries + 1} attempts (last: {last_error}); rerun to resume, or {advice}"
     )
 
 

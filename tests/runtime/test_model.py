@@ -151,6 +151,22 @@ def test_logits_of_a_row_do_not_depend_on_the_rest_of_the_batch() -> None:
             torch.testing.assert_close(alone[0], together[row], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("prefix_length", [0, 7])
+def test_logits_after_a_shared_prefix_equal_the_forward_of_the_whole_rows(prefix_length: int) -> None:
+    model = make_model(n_kv_head=2, value_embeds=True)
+    torch.manual_seed(3)
+    prefix = torch.randint(0, VOCAB, (2, prefix_length))
+    rows = torch.randint(0, VOCAB, (5, 9))
+    owner = torch.tensor([0, 0, 1, 1, 1])
+    at_rows, at_cols = torch.tensor([0, 1, 2, 4, 4]), torch.tensor([0, 8, 3, 5, 6])
+    with torch.no_grad():
+        whole = model(torch.cat((prefix[owner], rows), dim=1))
+        shared = model.logits_after_prefix(prefix, rows, owner, at_rows, at_cols)
+        at = model.logits_at(torch.cat((prefix[owner], rows), dim=1), at_rows, at_cols + prefix_length)
+    torch.testing.assert_close(shared, whole[at_rows, at_cols + prefix_length], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(at, whole[at_rows, at_cols + prefix_length], atol=1e-5, rtol=1e-5)
+
+
 def test_forward_is_pure_repeated_calls_agree_and_no_grad_state() -> None:
     model = make_model()
     idx = torch.randint(0, VOCAB, (2, 16))

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 from trnfrontier.runtime import ops
@@ -139,6 +140,14 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
+        return self.attend(x, ve, cos, sin)[0]
+
+    def attend(
+        self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, past: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(output, k, v) of attention over ``x`` [B, T, C], causal; with ``past``, keys and
+        values [B, Hkv, P, D] of P earlier positions of each row that every position of
+        ``x`` also sees (``cos``/``sin`` then cover positions P .. P + T - 1)."""
         B, T, _ = x.shape
         # [B, T, H*D] -> [B, H, T, D]
         q, k, v = self._project_qkv(x)
@@ -152,9 +161,20 @@ class CausalSelfAttention(nn.Module):
         v = v.transpose(1, 2)
         q = ops.rotary_rms_norm(q, cos, sin)
         k = ops.rotary_rms_norm(k, cos, sin)
-        y = ops.causal_attention(q, k, v)
+        y = ops.causal_attention(q, k, v) if past is None else _attention_after(q, k, v, *past)
         y = y.transpose(1, 2).reshape(B, T, -1)
-        return ops.linear(y, self.c_proj.weight)
+        return ops.linear(y, self.c_proj.weight), k, v
+
+
+def _attention_after(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor) -> Tensor:
+    """Attention of q [B, H, T, D] over P earlier keys (all visible) and its own (causal)."""
+    keys, values = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+    n_rep = q.size(1) // keys.size(1)
+    if n_rep > 1:
+        keys, values = keys.repeat_interleave(n_rep, dim=1), values.repeat_interleave(n_rep, dim=1)
+    p, t = past_k.size(2), q.size(2)
+    visible = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(p)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
 
 
 class MLP(nn.Module):
@@ -175,8 +195,16 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.attn(ops.rms_norm(x), ve, cos, sin)
-        return x + self.mlp(ops.rms_norm(x))
+        return self.attend(x, ve, cos, sin)[0]
+
+    def attend(
+        self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, past: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(output, k, v): the block over ``x``, its attention also over ``past`` (see
+        ``CausalSelfAttention.attend``), with the keys and values it computed."""
+        y, k, v = self.attn.attend(ops.rms_norm(x), ve, cos, sin, past)
+        x = x + y
+        return x + self.mlp(ops.rms_norm(x)), k, v
 
 
 class GPT(nn.Module):
@@ -244,26 +272,56 @@ class GPT(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         """Token ids [B, T] -> float32 logits [B, T, vocab]. Pure, stateless, causal."""
-        logits = self._uncapped_logits(idx)
+        return self._head(self._final_hidden(idx))
+
+    def logits_at(self, idx: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+        """float32 logits [N, vocab] at positions ``(rows[i], cols[i])`` of ``idx`` [B, T]:
+        ``forward(idx)[rows, cols]`` without the lm head at the other positions (CORE
+        scores a few positions of long prompts; the head is most of a small model)."""
+        return self._head(self._final_hidden(idx)[rows, cols])
+
+    def _head(self, hidden: Tensor) -> Tensor:
+        logits = ops.linear(hidden, self.lm_head.weight).float()
         if self.config.softcap > 0:
             logits = ops.softcap(logits, self.config.softcap)
         return logits
 
-    def _uncapped_logits(self, idx: Tensor) -> Tensor:
-        return ops.linear(self._final_hidden(idx), self.lm_head.weight).float()
+    def logits_after_prefix(
+        self, prefix: Tensor, rows: Tensor, owner: Tensor, at_rows: Tensor, at_cols: Tensor
+    ) -> Tensor:
+        """float32 logits [N, vocab] of the sequences ``prefix[owner[r]] + rows[r]`` (prefix
+        [G, P], rows [R, S]) at positions ``(at_rows[i], P + at_cols[i])``: what ``forward``
+        gives there, with each prefix row computed once however many rows continue it (the
+        choices of one question after its shared context)."""
+        P, S = prefix.size(1), rows.size(1)
+        cos, sin = self._rotary(P + S, rows.device)
+        x = ops.rms_norm(self.wte(prefix))
+        y = ops.rms_norm(self.wte(rows))
+        for i, block in enumerate(self.blocks):
+            past = None
+            if P:
+                x, k, v = block.attend(x, self._value_embed(i, prefix), cos[:, :, :P], sin[:, :, :P])
+                past = (k.index_select(0, owner), v.index_select(0, owner))
+            y = block.attend(y, self._value_embed(i, rows), cos[:, :, P:], sin[:, :, P:], past)[0]
+        return self._head(ops.rms_norm(y)[at_rows, at_cols])
+
+    def _rotary(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """cos, sin [1, 1, length, D/2] for positions 0 .. length - 1."""
+        if self.rotary_cos.size(-2) < length or self.rotary_cos.device != device:
+            # A longer eval context than precomputed: extend the tables once.
+            self.init_rotary(max(length, self.config.sequence_len * ROTARY_CONTEXT_FACTOR))
+        return self.rotary_cos[:, :, :length], self.rotary_sin[:, :, :length]
+
+    def _value_embed(self, layer: int, idx: Tensor) -> Tensor | None:
+        key = str(layer)
+        return self.value_embeds[key](idx) if key in self.value_embeds else None
 
     def _final_hidden(self, idx: Tensor) -> Tensor:
         """The normalised last hidden state [B, T, n_embd], the head's input."""
-        _, T = idx.shape
-        if self.rotary_cos.size(-2) < T or self.rotary_cos.device != idx.device:
-            # A longer eval context than precomputed: extend the tables once.
-            self.init_rotary(max(T, self.config.sequence_len * ROTARY_CONTEXT_FACTOR))
-        cos, sin = self.rotary_cos[:, :, :T], self.rotary_sin[:, :, :T]
+        cos, sin = self._rotary(idx.size(1), idx.device)
         x = ops.rms_norm(self.wte(idx))
         for i, block in enumerate(self.blocks):
-            key = str(i)
-            ve = self.value_embeds[key](idx) if key in self.value_embeds else None
-            x = block(x, ve, cos, sin)
+            x = block(x, self._value_embed(i, idx), cos, sin)
         return ops.rms_norm(x)
 
     def loss(self, idx: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
