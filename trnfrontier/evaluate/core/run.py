@@ -8,9 +8,10 @@ accuracy is a float32 mean of the 0/1 verdicts, centered = (accuracy - b/100) / 
 for the random baseline b (percent), CORE = the mean of centered over tasks.
 
 The projection: each task's measured seconds per item (summed over ranks: the cost on one
-rank) times the task's items in the whole bundle, divided by the ranks, against the
-Phase 2 limit of ``PHASE2_CORE_LIMIT_SECONDS`` on the full server (compilation excluded
-there; included here, so the projection errs long).
+rank) times the task's items in the whole bundle, divided by the ranks (this run's, and
+those of Phase 2's launch shapes), against Phase 2's CORE time limit on the full server
+(compilation excluded there; included here, so the projection errs long). It is only as
+good as the device it was measured on: a CPU measurement says little about a NeuronCore.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+from trnfrontier.contract.phases import phase
 from trnfrontier.errors import TrnfError
 from trnfrontier.evaluate.core import render
 from trnfrontier.evaluate.core.engine import score_rows, task_rows
@@ -29,8 +31,7 @@ from trnfrontier.evaluate.core.protocol import scorer_for
 from trnfrontier.evaluate.core.scoring import tolerance_for
 from trnfrontier.progress import Steps
 
-# CORE's time limit in Phase 2, on the full trn2.48xlarge (the organisers' kit README).
-PHASE2_CORE_LIMIT_SECONDS = 3600.0
+PHASE2 = phase(2)
 DEFAULT_BATCH_TOKENS = 8192
 
 
@@ -41,7 +42,7 @@ class CoreOptions:
     crop_source: str = "none"
     batch_tokens: int = DEFAULT_BATCH_TOKENS
     share_prefixes: bool | None = None  # None: when the scorer can
-    project_ranks: int | None = None  # ranks the projection also scales to
+    project_ranks: tuple[int, ...] = tuple(s.nproc for s in PHASE2.launch_shapes)  # besides this run's
 
 
 def crop_length(model: Any, requested: int | None, source: str) -> tuple[int | None, str]:
@@ -168,7 +169,7 @@ def _report(resolved: ResolvedBundle, options: CoreOptions, everyone: list[dict[
         projected += report["rank_seconds"] / max(items_scored, 1) * in_bundle
         tasks[task.label] = report
     world = len(everyone)
-    ranks = sorted({world, options.project_ranks or world})
+    ranks = sorted({world, *options.project_ranks})
     return {
         "core_metric": sum(t["centered"] for t in tasks.values()) / len(tasks),
         "tasks": tasks,
@@ -186,7 +187,7 @@ def _report(resolved: ResolvedBundle, options: CoreOptions, everyone: list[dict[
         "near_ties": sum(t["near_ties"] for t in tasks.values()),
         "near_tie_tolerance": everyone[0]["tolerance"],
         "projection": {
-            "limit_seconds": PHASE2_CORE_LIMIT_SECONDS,
+            "limit_seconds": PHASE2.core_timeout_seconds,
             "items_in_bundle": sum(t["items_in_bundle"] for t in tasks.values()),
             "rank_seconds": projected,
             "seconds_at_ranks": {str(r): projected / r for r in ranks},
