@@ -2,10 +2,9 @@
 
 When the trusted prepare.py provides ``budget_accounting(path)`` it is used as is: the
 organisers' own arithmetic is the spec. Without it (an older or foreign prepare.py), the
-documented formula (``trnfrontier.runtime.budget_rule``) is applied to the same log format::
-
-    {"header": true, "start_time": <process start, s>, "pid": ...}   one per process; the last one counts
-    {"step": <0-based index of the step completed>, "time": <s>}       one per recorded boundary
+documented formula (``trnfrontier.runtime.budget_rule``) is applied to the last process's
+segment of the log, read by ``contract.steplog`` (a resumed run's log has one segment per
+process: ``resumed_charge``).
 """
 
 from __future__ import annotations
@@ -16,40 +15,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trnfrontier.contract.steplog import StepLog, StepLogError, read_step_log
 from trnfrontier.runtime import budget_rule
 from trnfrontier.runtime.budget_rule import (
     BUDGET_SECONDS,
     STARTUP_CAP_SECONDS,
     STARTUP_STEPS_EXCLUDED,
 )
-
-
-class BudgetLogError(ValueError):
-    pass
-
-
-def read_boundaries(path: Path) -> tuple[float, list[tuple[int, float]]]:
-    """The start time and the boundaries of the last run (after the last header line)."""
-    start: float | None = None
-    boundaries: list[tuple[int, float]] = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if record.get("header"):
-                    start, boundaries = float(record["start_time"]), []
-                    continue
-                step, t = int(record["step"]), float(record["time"])
-            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
-                raise BudgetLogError(f"line {lineno} is neither a header nor {{\"step\": int, \"time\": seconds}}") from None
-            if not math.isfinite(t):
-                raise BudgetLogError(f"line {lineno} has a non-finite time")
-            boundaries.append((step, t))
-    if start is None or not math.isfinite(start):
-        raise BudgetLogError("no header line with the process start time")
-    return start, boundaries
 
 
 def documented_accounting(
@@ -60,8 +32,8 @@ def documented_accounting(
 ) -> dict[str, Any]:
     """The documented formula over the log at ``path``, for a prepare.py without
     budget_accounting (the same keys as prepare.budget_accounting returns)."""
-    start, boundaries = read_boundaries(path)
-    return budget_rule.account(start, boundaries, budget=budget, steps_excluded=excluded_steps, cap=cap)
+    run = read_step_log(path).last
+    return budget_rule.account(run.start, run.boundaries, budget=budget, steps_excluded=excluded_steps, cap=cap)
 
 
 def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str]:
@@ -70,7 +42,7 @@ def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str
         try:
             return dict(prepare.budget_accounting(str(path))), "prepare.budget_accounting"
         except Exception as exc:  # the trusted file's own error types (PrepareError, ...): a bad log
-            raise BudgetLogError(str(exc)) from None
+            raise StepLogError(str(exc)) from None
     budget, excluded, cap = budget_rule.budget_of(prepare)
     return documented_accounting(path, budget, excluded, cap), "the documented formula (prepare.py has no budget_accounting)"
 
@@ -81,7 +53,7 @@ def account_log(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any] 
         return None, "no step log: train.py never called prepare.record_step_boundary()"
     try:
         return account(path, prepare)
-    except (BudgetLogError, OSError, ValueError, KeyError, TypeError) as exc:
+    except (StepLogError, OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"step log unusable: {exc}"
 
 
@@ -91,33 +63,12 @@ AGREE_SECONDS = 5.0
 AGREE_FRACTION = 0.02
 
 
-def read_segments(path: Path) -> list[tuple[float, list[tuple[int, float]]]]:
-    """Every process segment of a step log: (start time, boundaries) per header line, in order."""
-    segments: list[tuple[float, list[tuple[int, float]]]] = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if record.get("header"):
-                    segments.append((float(record["start_time"]), []))
-                    continue
-                step, t = int(record["step"]), float(record["time"])
-            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, RecursionError):
-                raise BudgetLogError(f"line {lineno} is neither a header nor {{\"step\": int, \"time\": seconds}}") from None
-            if not segments:
-                raise BudgetLogError(f"line {lineno} comes before any header line")
-            segments[-1][1].append((step, t))
-    return segments
-
-
-def resumed_charge(segments: list[tuple[float, list[tuple[int, float]]]], prepare: ModuleType | None) -> float:
+def resumed_charge(log: StepLog, prepare: ModuleType | None) -> float:
     """A resumed run's charge: every segment in full, less the first segment's startup
     (under the budget rule, capped); a resumed process's startup is charged."""
     _, steps_excluded, cap = budget_rule.budget_of(prepare)
-    total = sum((b[-1][1] if b else start) - start for start, b in segments)
-    first = budget_rule.account(segments[0][0], segments[0][1], steps_excluded=steps_excluded, cap=cap)
+    total = sum((s.boundaries[-1][1] if s.boundaries else s.start) - s.start for s in log.segments)
+    first = budget_rule.account(log.segments[0].start, log.segments[0].boundaries, steps_excluded=steps_excluded, cap=cap)
     return total - float(first["excluded_seconds"])
 
 

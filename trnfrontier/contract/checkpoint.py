@@ -1,4 +1,8 @@
-"""The checkpoint check: loads without running code, holds only finite numbers, has the claimed size.
+"""The checkpoint rules: which file a kit-style run's checkpoint is, and that it loads without
+running code, holds only finite numbers and has the claimed size.
+
+``find_checkpoint`` is the one search (a kit run, the kit's and verify's dry runs): the
+kit's ``out/final.pt`` first, else the newest ``*.pt`` a few folders deep.
 
 ``model.safetensors`` is read by its own header (JSON) and streamed in chunks: no pickle,
 flat memory, and NaN/inf are found from the exponent bits, so bfloat16 and fp8 need no
@@ -17,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
+from trnfrontier.contract.kit import CHECKPOINT as KIT_CHECKPOINT
 
 _CHUNK_BYTES = 16 << 20
 _MAX_HEADER_BYTES = 100 << 20
@@ -34,6 +39,32 @@ _DTYPES: dict[str, tuple[int, Any, int | None]] = {
     "I8": (1, np.uint8, None), "U8": (1, np.uint8, None), "BOOL": (1, np.uint8, None),
     "U16": (2, np.uint16, None), "U32": (4, np.uint32, None), "U64": (8, np.uint64, None),
 }
+
+
+# How deep under a script's directory ``find_checkpoint`` looks for a ``*.pt``: out/final.pt
+# is 2, a step folder under checkpoints/ is 3.
+SEARCH_DEPTH = 3
+
+
+def find_checkpoint(root: Path, *, since: float | None = None, exclude: Path | None = None) -> Path | None:
+    """The checkpoint a run wrote under ``root`` (a kit script's directory, a dry run's copy of it):
+    the kit's ``out/final.pt``, else the newest ``*.pt`` at most ``SEARCH_DEPTH`` levels deep,
+    outside hidden folders and ``exclude`` (trnf's own run directory when it lies under
+    ``root``). With ``since``, only files written at or after it (not a previous run's)."""
+
+    def fresh(path: Path) -> bool:
+        return path.is_file() and (since is None or path.stat().st_mtime >= since)
+
+    kit = root / KIT_CHECKPOINT
+    if fresh(kit):
+        return kit
+    found: list[Path] = []
+    for depth in range(1, SEARCH_DEPTH + 1):
+        for path in root.glob("/".join(["*"] * depth) + ".pt"):
+            hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
+            if not hidden and (exclude is None or exclude not in path.parents) and fresh(path):
+                found.append(path)
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 class CheckpointError(ValueError):

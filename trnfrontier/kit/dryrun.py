@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trnfrontier.contract.checkpoint import find_checkpoint
 from trnfrontier.contract.kit import NUM_STEPS_ENV
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
@@ -30,7 +31,6 @@ from trnfrontier.verify.dryrun import (
     build_clean_env,
     clean_environ,
     confine,
-    find_checkpoint,
     load_back,
     logged_boundaries,
 )

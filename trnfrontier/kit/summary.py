@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.contract.budget import read_boundaries
+from trnfrontier.contract.steplog import read_step_log
 from trnfrontier.kit.logs import PrintedRun
 from trnfrontier.runtime.budget_rule import STARTUP_CAP_SECONDS
 from trnfrontier.runtime.metrics import MetricsWriter
@@ -23,13 +23,14 @@ PRINTED_FIELDS = ("final_loss", "tokens_per_second", "mfu", "tokens", "params", 
 
 def charged_by_step(step_log: Path, accounting: dict[str, Any]) -> dict[int, float]:
     """Charged seconds at each recorded boundary, by the organisers' rule."""
-    start, boundaries = read_boundaries(step_log)
+    run = read_step_log(step_log).last
+    start = run.start
     startup = float(accounting["startup_seconds"])
     # excluded_seconds = min(startup, cap); a budget_accounting that omits it is read with the default cap.
     cap = float(accounting.get("excluded_seconds", min(startup, STARTUP_CAP_SECONDS)))
     startup_end = start + startup
     charged: dict[int, float] = {}
-    for step, t in boundaries:
+    for step, t in run.boundaries:
         elapsed = t - start
         excluded = min(elapsed, cap) if t < startup_end else cap
         charged[step] = elapsed - excluded

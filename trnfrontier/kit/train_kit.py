@@ -36,6 +36,7 @@ from typing import Any
 
 from trnfrontier.child_env import child_env
 from trnfrontier.contract.budget import account_log
+from trnfrontier.contract.checkpoint import CheckpointError, find_checkpoint, scan_final_pt
 from trnfrontier.contract.kit import CHECKPOINT as KIT_CHECKPOINT
 from trnfrontier.contract.kit import ENV_PREFIX, LAUNCH_FILE
 from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
@@ -63,10 +64,6 @@ from trnfrontier.runtime.rundir import (
 )
 from trnfrontier.runtime.trainer import versions
 from trnfrontier.trusted_prepare import TrustedContract, load_contract, recorded_tokenizer_sha256
-
-# Where a kit script's checkpoint is looked for, relative to its directory: the kit's
-# out/final.pt (KIT_CHECKPOINT) first, else the newest *.pt written during the run this deep.
-_CHECKPOINT_SEARCH_DEPTH = 3
 
 
 class KitInterrupted(KeyboardInterrupt):
@@ -145,25 +142,10 @@ def rerun_command(options: KitOptions, run_dir: Path) -> str:
     return trnf_line(*argv)
 
 
-def find_checkpoint(root: Path, since: float, exclude: Path) -> Path | None:
-    """The checkpoint the script wrote under ``root`` during this run (mtime >= ``since``)."""
-    kit = root / KIT_CHECKPOINT
-    if kit.is_file() and kit.stat().st_mtime >= since:
-        return kit
-    found: list[Path] = []
-    for depth in range(1, _CHECKPOINT_SEARCH_DEPTH + 1):
-        for path in root.glob("/".join(["*"] * depth) + ".pt"):
-            hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
-            if not hidden and exclude not in path.parents and path.is_file() and path.stat().st_mtime >= since:
-                found.append(path)
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
-
-
 def _checkpoint_facts(path: Path | None) -> dict[str, Any]:
     """params and non-finite tensors from a kit-layout final.pt (read with weights_only=True)."""
     if path is None:
         return {}
-    from trnfrontier.contract.checkpoint import CheckpointError, scan_final_pt
 
     try:
         scanned = scan_final_pt(path)
@@ -233,7 +215,7 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
     accounting, how = account_log(step_log, contract.module)
     charged = summary.charged_by_step(step_log, accounting) if accounting else {}
     summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
-    checkpoint = find_checkpoint(plan.cwd, began - 1.0, run_dir)
+    checkpoint = find_checkpoint(plan.cwd, since=began - 1.0, exclude=run_dir)
     return _Observed(outcome, rank_logs, printed, accounting, how, checkpoint, _checkpoint_facts(checkpoint))
 
 

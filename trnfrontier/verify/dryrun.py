@@ -23,7 +23,8 @@ The run is a copy of the archive's code (not its checkpoint) in a temporary dire
 train.py is told to be short through environment variables that packaged and kit-style
 train.py files honour: ``TRNF_DRY_RUN_STEPS`` (stop after that many steps),
 ``TRNF_DEVICE=cpu`` and ``TRNF_DIST_BACKEND=gloo``. It must exit 0 and write a
-checkpoint (``out/final.pt`` as the kit does, else the newest ``*.pt``), which is then
+checkpoint (``contract.checkpoint.find_checkpoint``: ``out/final.pt`` as the kit does, else
+the newest ``*.pt`` up to three folders deep), which is then
 loaded through ``load_for_eval`` by the probe, in the same clean environment.
 """
 
@@ -40,7 +41,8 @@ from pathlib import Path
 
 from trnfrontier.child_env import child_env
 from trnfrontier.contract import kit
-from trnfrontier.contract.budget import BudgetLogError, read_boundaries
+from trnfrontier.contract.checkpoint import find_checkpoint
+from trnfrontier.contract.steplog import Boundary, StepLogError, read_step_log
 from trnfrontier.kit import logs
 from trnfrontier.runtime import exit_settle
 from trnfrontier.runtime.data_home import KIT_CACHE_DIR_ENV
@@ -186,21 +188,12 @@ def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path |
     return sandbox.Jail(scratch=work, env=env, read_only=(*data_paths(env), *extra), cwd=run_dir)
 
 
-def find_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint a dry run wrote: the kit's out/final.pt, else the newest ``*.pt`` anywhere under ``run_dir``."""
-    written = run_dir / kit.CHECKPOINT
-    if written.is_file():
-        return written
-    found = sorted(run_dir.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
-
-
-def logged_boundaries(run_dir: Path) -> list[tuple[int, float]]:
+def logged_boundaries(run_dir: Path) -> tuple[Boundary, ...]:
     """(step, time) of each boundary the dry run's last process recorded; none when the log is absent or unreadable."""
     try:
-        return read_boundaries(run_dir / STEP_LOG_FILE)[1]
-    except (OSError, BudgetLogError):
-        return []
+        return read_step_log(run_dir / STEP_LOG_FILE).last.boundaries
+    except (OSError, StepLogError):
+        return ()
 
 
 def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float,

@@ -21,14 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from trnfrontier import submission as fmt
-from trnfrontier.contract.budget import (
-    BudgetLogError,
-    account,
-    cross_check,
-    read_segments,
-    resumed_charge,
-    trainer_log_charge,
-)
+from trnfrontier.contract.budget import account, cross_check, resumed_charge, trainer_log_charge
 from trnfrontier.contract.checkpoint import (
     CheckpointError,
     first_difference,
@@ -38,6 +31,7 @@ from trnfrontier.contract.checkpoint import (
 from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.contract.launch import Launch, LaunchError, parse_launch
 from trnfrontier.contract.pins import Pin, load_pins
+from trnfrontier.contract.steplog import StepLogError, read_step_log
 from trnfrontier.errors import TrnfError
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
@@ -167,23 +161,23 @@ def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
     if not path.is_file():
         return failed("budget", "logs/step_boundaries.jsonl is missing")
     try:
-        segments = read_segments(path)
+        log = read_step_log(path)
         acct, how = account(path, prepare)
-    except (BudgetLogError, ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (StepLogError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
     budget = float(acct.get("budget_seconds", BUDGET_SECONDS))
     charged = float(acct["charged_seconds"])
     excluded = float(acct.get("excluded_seconds", acct["startup_seconds"]))
     line = f"charged {charged:.1f} s of {budget:g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"
-    if len(segments) > 1:
-        charged = resumed_charge(segments, prepare)
-        line = f"resumed run: {len(segments)} segments charged {charged:.1f} s of {budget:g} in all (startup excluded once)"
+    if len(log.segments) > 1:
+        charged = resumed_charge(log, prepare)
+        line = f"resumed run: {len(log.segments)} segments charged {charged:.1f} s of {budget:g} in all (startup excluded once)"
     if acct["over_budget"] or charged > budget:
         return failed("budget", "over budget: " + line)
     summary = _summary(root)
     if isinstance(summary, str):
         return failed("budget", summary)
-    disagreement = cross_check(charged, budget, len(segments), summary, trainer_log_charge(fmt.member_path(root, fmt.METRICS_LOG)))
+    disagreement = cross_check(charged, budget, len(log.segments), summary, trainer_log_charge(fmt.member_path(root, fmt.METRICS_LOG)))
     if disagreement:
         return failed("budget", f"{disagreement} ({line})")
     return passed("budget", line + "; summary and trainer log agree")
