@@ -9,6 +9,8 @@ Layout::
     train.py                       the training script; defines load_for_eval(checkpoint_path, device)
     launch.txt                     one line: NEURON_LOGICAL_NC_CONFIG=<1|2> torchrun --standalone
                                    --nproc_per_node=<1|4|8> train.py
+    inference.py                   Phase 2: the wrapper the organisers run CORE through
+                                   (load_model, next_token_logprobs; docs/phase2.md)
     kernels/*.py                   optional: NKI kernel files train.py uses
     runtime/**.py, <name>.py, ...  optional: any other .py file train.py imports
                                    (the trnfrontier runtime shipped beside it)
@@ -36,7 +38,8 @@ manifest.json::
      "params": int,                                             parameters in model.safetensors
      "versions": {"python", "torch", "torch_neuronx", "trnf"},
      "git": {"commit": str | null, "dirty": bool | null},
-     "seed": int, "launch": str, "forced": [str, ...]}          reasons --force overrode
+     "seed": int, "launch": str, "forced": [str, ...],          reasons --force overrode
+     "phase": 2}                                               only for Phase 2 (absent: Phase 1)
 
 Determinism: ``write_deterministic_tar`` sorts members by name and fixes mtime (0),
 owner (uid/gid 0, no names) and modes (0644 files), so the same inputs give the same bytes.
@@ -60,6 +63,7 @@ from trnfrontier.runtime.atomic import DiskFullError, fsync_dir, is_disk_full
 FORMAT = "trnf-submission/1"
 
 TRAIN_PY = "train.py"
+INFERENCE_PY = "inference.py"  # Phase 2 (contract.phases: inference_py)
 LAUNCH_TXT = LAUNCH_FILE  # the organisers' launch line, as they name it
 MANIFEST = "manifest.json"
 WRITEUP = "WRITEUP.md"

@@ -40,6 +40,22 @@ def test_init_writes_train_py_and_readme_and_refuses_to_overwrite(
     assert code == 2 and "no_such_key" in err
 
 
+def test_init_phase_2_writes_inference_py_beside_train_py(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["init", str(tmp_path / "final"), "--phase", "2"], capsys)
+    assert code == 0, err
+    assert "inference.py" in out and not (tmp_path / "final" / "inference.py").read_text().count("from trnfrontier")
+    assert "'name': 'phase2_d22'" in (tmp_path / "final" / "train.py").read_text()
+    readme = (tmp_path / "final" / "README.md").read_text()
+    assert "--nproc_per_node=64" in readme and "inference.py" in readme
+    # Another recipe made a Phase 2 one; a Phase 1 init writes no inference.py.
+    code, _, err = run_cli(["init", str(tmp_path / "own"), "--phase", "2", "--recipe", "cpu_smoke", "runtime.nproc=64"], capsys)
+    assert code == 0, err and (tmp_path / "own" / "inference.py").is_file()
+    code, _, err = run_cli(["init", str(tmp_path / "one"), "--recipe", "cpu_smoke"], capsys)
+    assert code == 0 and not (tmp_path / "one" / "inference.py").exists()
+    code, _, err = run_cli(["init", str(tmp_path / "bad"), "--phase", "2", "--recipe", "cpu_smoke"], capsys)
+    assert code == 1 and "not a Phase 2 launch" in err
+
+
 @pytest.mark.slow
 def test_init_output_trains_on_cpu_packages_and_verifies(
     sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -9,7 +9,8 @@ import typer
 from trnfrontier.console import out
 from trnfrontier.errors import TrnfError, UsageError
 
-DEFAULT_RECIPE = "baseline_d10"
+# The recipe each phase's train.py starts from unless --recipe names another.
+DEFAULT_RECIPES = {1: "baseline_d10", 2: "phase2_d22"}
 
 _README = """# {name}
 
@@ -27,13 +28,23 @@ Then: `trnf package --train-py train.py --checkpoint out/final.pt --launch "{lau
 and `trnf verify submission.tar`. A quick CPU check: `TRNF_DEVICE=cpu TRNF_DRY_RUN_STEPS=3 python train.py`.
 """
 
+_INFERENCE_README = """
+Phase 2: `inference.py` is the wrapper the organisers run CORE through (`load_model`,
+`next_token_logprobs`, optionally `next_token_logprobs_after` with a shared-prefix cache;
+the interface is inferred, see its docstring). It loads the model with train.py's
+`load_for_eval`; keep it consistent with that model: `trnf verify` checks it does.
+"""
+
 
 def command(
     directory: Path = typer.Argument(
         ..., help="Where to write train.py and README.md (created if missing)."
     ),
-    recipe: str = typer.Option(
-        DEFAULT_RECIPE, "--recipe", help="Recipe name or YAML path the file starts from."
+    recipe: str | None = typer.Option(
+        None, "--recipe", help="Recipe name or YAML path the file starts from (default: baseline_d10, Phase 2: phase2_d22)."
+    ),
+    phase: int | None = typer.Option(
+        None, "--phase", min=1, max=2, help="The competition phase (default: the recipe's); 2 also writes inference.py."
     ),
     overrides: list[str] | None = typer.Argument(
         None, help="key.path=value overrides (e.g. model.depth=12)."
@@ -42,22 +53,28 @@ def command(
         False, "--force", help="Overwrite an existing train.py / README.md."
     ),
 ) -> int:
-    """Write a single-file train.py (model, Muon + AdamW, the budgeted loop, load_for_eval) you own."""
+    """Write a single-file train.py (model, Muon + AdamW, the budgeted loop, load_for_eval) you
+    own; for Phase 2 also the inference.py the organisers run CORE through."""
+    from trnfrontier.contract.phases import phase_of
     from trnfrontier.packaging.build import launch_for  # imports torch: only when the command runs
+    from trnfrontier.packaging.inference_py import inference_py_source
     from trnfrontier.packaging.trainpy import render_train_py
     from trnfrontier.recipes.loading import load_recipe
 
-    resolved = load_recipe(recipe, list(overrides or [])).model_dump(mode="json")
-    launch = launch_for(resolved["runtime"])
+    recipe = recipe or DEFAULT_RECIPES[phase or 1]
+    extra = [f"phase={phase}"] if phase is not None else []
+    resolved = load_recipe(recipe, [*extra, *(overrides or [])]).model_dump(mode="json")
+    chosen = phase_of(resolved)
+    launch = launch_for(resolved["runtime"], chosen)
     source = render_train_py(
         resolved, "single", purpose=f"{directory.resolve().name}'s own training script"
     )
-    targets = {
-        directory / "train.py": source,
-        directory / "README.md": _README.format(
-            name=directory.resolve().name, recipe=recipe, launch=launch
-        ),
-    }
+    readme = _README.format(name=directory.resolve().name, recipe=recipe, launch=launch)
+    targets = {directory / "train.py": source}
+    if chosen.inference_py:
+        targets[directory / "inference.py"] = inference_py_source()
+        readme += _INFERENCE_README
+    targets[directory / "README.md"] = readme
     existing = [str(path) for path in targets if path.exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)} already exist(s); pass --force to overwrite")
@@ -71,8 +88,7 @@ def command(
             tmp.replace(path)
     except OSError as exc:
         raise TrnfError(f"{directory}: cannot write train.py there ({exc.strerror or exc}); choose a writable directory") from None
-    out().print(
-        f"wrote {directory / 'train.py'} ({len(source.encode()):,} bytes, recipe {resolved['name']}) and {directory / 'README.md'}"
-    )
+    others = " and ".join(str(path) for path in targets if path.name != "train.py")
+    out().print(f"wrote {directory / 'train.py'} ({len(source.encode()):,} bytes, recipe {resolved['name']}) and {others}")
     out().print(f"put the trusted prepare.py beside it, then: cd {directory} && python train.py")
     return 0

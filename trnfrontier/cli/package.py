@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,15 @@ def _report(result: PackageResult, json_output: bool) -> None:
     for reason in result.manifest.get("forced", []):
         console.print(f"[yellow]forced[/]: {reason}")
     console.print(f"next: {trnf_line('verify', str(result.archive))}")
+
+
+def _run_phase(run_dir: Path | None) -> int:
+    """The phase a run directory's recipe.json names (1 when it names none or cannot be read)."""
+    try:
+        recipe = json.loads((run_dir / "recipe.json").read_text(encoding="utf-8")) if run_dir else {}
+    except (OSError, ValueError):
+        return 1
+    return recipe.get("phase", 1) if isinstance(recipe, dict) else 1
 
 
 def command(
@@ -71,7 +81,9 @@ def command(
     launch: str | None = typer.Option(
         None,
         "--launch",
-        help='Kit mode: the launch line, e.g. "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py".',
+        help='The launch line, e.g. "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=4 train.py": '
+        "required in kit mode; for a run directory, the shape the organisers will run when the run rehearsed at another "
+        "scale (checked against the run's phase).",
     ),
     kit_run_dir: Path | None = typer.Option(
         None,
@@ -92,7 +104,8 @@ def command(
         "RUN_DIR": run_dir is not None,
         "--single-file": single_file,
         "--checkpoint": checkpoint is not None,
-        "--launch": launch is not None,
+        # A Phase 2 run directory may name the server's launch (it rehearsed at another scale).
+        "--launch": launch is not None and not (train_py is None and _run_phase(run_dir) != 1),
         "--run-dir": kit_run_dir is not None,
         "--val-bpb-from-eval": val_bpb_from_eval,
     }
@@ -123,7 +136,7 @@ def command(
         run = read_run(run_dir)  # refused before "packaging ..." claims to start
         with steps(f"packaging {run_dir}", None, enabled=not json_output):
             result = package_run(
-                run, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins
+                run, output, writeup=writeup, single_file=single_file, force=force, pins_file=pins, launch=launch
             )
     _report(result, json_output)
     return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
 from trnfrontier.contract.steplog import StepLog, StepLogError, read_step_log
 from trnfrontier.runtime import budget_rule
 from trnfrontier.runtime.budget_rule import (
@@ -47,14 +48,28 @@ def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str
     return documented_accounting(path, budget, excluded, cap), "the documented formula (prepare.py has no budget_accounting)"
 
 
-def account_log(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any] | None, str]:
-    """(accounting, which implementation) of the step log at ``path``, or (None, why there is none)."""
+def for_phase(accounting: dict[str, Any], phase: Phase) -> dict[str, Any]:
+    """``accounting`` judged against ``phase``'s budget. A prepare.py knows one budget (this
+    project's, like the kit's, Phase 1's 1,800 s); a Phase 2 run's charge is held to 14,400."""
+    if phase.number == DEFAULT_PHASE:
+        return accounting
+    charged = float(accounting["charged_seconds"])
+    budget = phase.budget_seconds
+    return {**accounting, "budget_seconds": budget, "headroom_seconds": budget - charged, "over_budget": charged > budget}
+
+
+def account_log(
+    path: Path, prepare: ModuleType | None, phase: Phase = PHASES[DEFAULT_PHASE]
+) -> tuple[dict[str, Any] | None, str]:
+    """(accounting against ``phase``'s budget, which implementation) of the step log at
+    ``path``, or (None, why there is none)."""
     if not path.is_file():
         return None, "no step log: train.py never called prepare.record_step_boundary()"
     try:
-        return account(path, prepare)
+        accounting, how = account(path, prepare)
     except (StepLogError, OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"step log unusable: {exc}"
+    return for_phase(accounting, phase), how
 
 
 # ---------------------------------------------------------------------------- every source

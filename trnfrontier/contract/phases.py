@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from trnfrontier.runtime.budget_rule import (
     BUDGET_SECONDS,
@@ -149,6 +150,11 @@ PHASES: dict[int, Phase] = {
     ),
 }
 DEFAULT_PHASE = 1
+
+
+def phase_of(recipe: dict[str, Any]) -> Phase:
+    """The phase a resolved recipe (recipe.json: Phase 1 is not written) is for."""
+    return phase(recipe.get("phase", DEFAULT_PHASE))
 
 
 def phase(number: int) -> Phase:

@@ -28,9 +28,11 @@ from trnfrontier.contract.launch import (
     launch_line,
     parse_launch,
 )
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase, phase_of
 from trnfrontier.contract.pins import load_pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.finished_run import RunDir, checkpoint_params, read_run, refusal_reasons
+from trnfrontier.packaging.inference_py import inference_py_source
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
 from trnfrontier.packaging.writeup import (
     curve_caption,
@@ -39,6 +41,7 @@ from trnfrontier.packaging.writeup import (
     recipe_differences,
     render_writeup,
 )
+from trnfrontier.runtime.recipe import RecipeError, grad_accum_steps
 from trnfrontier.runtime.rundir import KIT_FILE, META_FILE, MODEL_FILE, SUMMARY_FILE, read_jsonl
 from trnfrontier.trusted_prepare import project_root_file
 from trnfrontier.verify.screen import screen_members
@@ -67,23 +70,44 @@ class PackageResult:
 # ---------------------------------------------------------------------------- shared pieces
 
 
-def launch_for(runtime: dict[str, Any]) -> str:
-    """The organisers' launch line for a recipe's runtime section (nproc one of NPROC_CHOICES)."""
+def launch_for(runtime: dict[str, Any], phase: Phase = PHASES[DEFAULT_PHASE]) -> str:
+    """The organisers' launch line for a recipe's runtime section (a shape of ``phase``)."""
     nproc, lnc = int(runtime.get("nproc", 1)), int(runtime.get("lnc", 2))
-    if nproc not in NPROC_CHOICES:
+    if phase.number == DEFAULT_PHASE and nproc not in NPROC_CHOICES:
         raise TrnfError(
             f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node {choices_text(NPROC_CHOICES)}; retrain with one of those"
+        )
+    if not phase.accepts(lnc, nproc):
+        raise TrnfError(
+            f"runtime.nproc={nproc} with LNC {lnc} is not a Phase {phase.number} launch ({phase.shapes_text()}); "
+            "retrain with one of those, or give --launch with the shape the organisers will run"
         )
     return launch_line(nproc, lnc)
 
 
-def check_launch(line: str) -> str:
-    """A launch line the organisers accept, stripped; a bad one is a usage error."""
+def check_launch(line: str, phase: Phase = PHASES[DEFAULT_PHASE]) -> str:
+    """A launch line the organisers accept for ``phase``, stripped; a bad one is a usage error."""
     try:
-        parse_launch(line)
+        parse_launch(line, phase)
     except LaunchError as exc:
         raise UsageError(f"--launch {line!r}: {exc}") from None
     return line.strip()
+
+
+def run_launch(recipe: dict[str, Any], phase: Phase, given: str | None) -> str:
+    """The launch line of a run's archive: ``given`` (``--launch``: the shape the organisers
+    will run, when the run rehearsed at another scale) or the recipe's own; either way one
+    the recipe's batch divides across (else its train.py would stop at the first line)."""
+    if given is None:
+        return launch_for(recipe["runtime"], phase)
+    line = check_launch(given, phase)
+    nproc = parse_launch(line, phase).nproc
+    data, model = recipe["data"], recipe["model"]
+    try:
+        grad_accum_steps(int(data["batch_size"]), int(model["sequence_len"]), nproc, data.get("total_batch_tokens"))
+    except RecipeError as exc:
+        raise UsageError(f"--launch {given!r}: the recipe's batch does not divide across {nproc} processes ({exc})") from None
+    return line
 
 
 def git_state() -> dict[str, Any]:
@@ -181,10 +205,18 @@ def gate_members(
 
 
 def manifest_meta(
-    summary: dict[str, Any], *, measured_by: str, params: int, seed: Any, launch: str, forced: list[str]
+    summary: dict[str, Any],
+    *,
+    measured_by: str,
+    params: int,
+    seed: Any,
+    launch: str,
+    forced: list[str],
+    phase: int = DEFAULT_PHASE,
 ) -> dict[str, Any]:
-    """The manifest's fields besides ``format`` and ``files``, from a run's summary."""
-    return {
+    """The manifest's fields besides ``format`` and ``files``, from a run's summary
+    (``phase`` only when it is not Phase 1, whose manifests stay as they were)."""
+    return ({} if phase == DEFAULT_PHASE else {"phase": phase}) | {
         "prepare_sha256": summary.get("prepare_sha256"),
         "tokenizer_sha256": summary.get("tokenizer_sha256"),
         "claimed": claim(summary, measured_by),
@@ -319,9 +351,11 @@ def package_run(
     single_file: bool = False,
     force: bool = False,
     pins_file: Path | None = None,
+    launch: str | None = None,
 ) -> PackageResult:
     """Package a `trnf train` run directory (or one ``read_run`` already read) as a
-    submission archive at ``out``."""
+    submission archive at ``out``. A Phase 2 run also ships the ``inference.py`` the
+    organisers run CORE through (``packaging/inference_py.py``)."""
     run: RunDir = run_dir if isinstance(run_dir, RunDir) else read_run(run_dir)
     team_text = read_team_text(writeup)
     if team_text is None:  # the write-up trnf train left in the run directory, as the team edited it
@@ -329,6 +363,7 @@ def package_run(
 
         team_text = existing_team_text(run.path)
     recipe, summary = run.recipe, run.summary
+    phase = phase_of(recipe)
     params, non_finite = checkpoint_params(run.final_dir / MODEL_FILE)
     reasons = refusal_reasons(
         summary,
@@ -336,8 +371,9 @@ def package_run(
         non_finite,
         step_log=run.step_log,
         unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it",
+        phase=phase,
     )
-    launch = launch_for(recipe["runtime"])
+    launch = run_launch(recipe, phase, launch)
 
     members: dict[str, Path | bytes] = {
         fmt.TRAIN_PY: render_train_py(recipe, "single" if single_file else "package").encode(
@@ -351,6 +387,8 @@ def package_run(
         fmt.STEP_LOG: run.step_log,
         fmt.METRICS_LOG: run.metrics if run.metrics.is_file() else b"",
     }
+    if phase.inference_py:
+        members[fmt.INFERENCE_PY] = inference_py_source().encode("utf-8")
     kernels = uses_kernels(recipe)
     members.update(kernel_members(kernels))
     if not single_file:
@@ -375,5 +413,6 @@ def package_run(
         seed=int(recipe["runtime"]["seed"]),
         launch=launch,
         forced=forced,
+        phase=phase.number,
     )
     return write_archive(members, meta, out)

@@ -16,6 +16,7 @@ from typing import Any
 
 from trnfrontier.contract.budget import account_log
 from trnfrontier.contract.checkpoint import CheckpointError, scan_safetensors
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
 from trnfrontier.contract.pins import Pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
@@ -140,15 +141,16 @@ def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list
     return reasons
 
 
-def log_budget_reason(step_log: Path) -> str | None:
-    """Why the step-boundary log fails the organisers' accounting (as verify computes it), or None."""
+def log_budget_reason(step_log: Path, phase: Phase = PHASES[DEFAULT_PHASE]) -> str | None:
+    """Why the step-boundary log fails the organisers' accounting (as verify computes it,
+    against ``phase``'s budget), or None."""
     from trnfrontier.trusted_prepare import load_contract
 
     try:
         prepare = load_contract().module
     except TrnfError:
         prepare = None  # verify's documented formula then
-    accounting, how = account_log(step_log, prepare)
+    accounting, how = account_log(step_log, prepare, phase)
     if accounting is None:
         return how
     if accounting["over_budget"]:
@@ -163,6 +165,7 @@ def refusal_reasons(
     *,
     unmeasured: str,
     step_log: Path | None = None,
+    phase: Phase = PHASES[DEFAULT_PHASE],
 ) -> list[str]:
     """Why a run should not be submitted (each can be overridden with --force).
 
@@ -176,7 +179,7 @@ def refusal_reasons(
         reasons.append(
             f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or BUDGET_SECONDS):g}"
         )
-    elif step_log is not None and (reason := log_budget_reason(step_log)):
+    elif step_log is not None and (reason := log_budget_reason(step_log, phase)):
         reasons.append(reason)
     if s.get("status") not in (None, COMPLETED):
         step = f" at step {s['diverged_step']}" if s.get("diverged_step") else ""
