@@ -86,3 +86,11 @@ def test_run_tree_ends_what_a_finished_command_left_behind(tmp_path: Path) -> No
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child), "a child of a finished command was left running"
+
+
+def test_run_tree_polls_while_the_command_runs_and_once_at_the_end(tmp_path: Path) -> None:
+    calls = []
+    done = processes.run_tree([sys.executable, "-c", "import time; time.sleep(1.2)"], poll=lambda: calls.append(1))
+    assert done.returncode == 0 and len(calls) >= 2
+    timed_out = processes.run_tree([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1.0, poll=lambda: None)
+    assert timed_out.timed_out

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,6 +220,27 @@ def _tail(handle: IO[bytes], limit: int | None) -> str:
     return handle.read().decode("utf-8", "replace")
 
 
+POLL_SECONDS = 0.5
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, poll: Callable[[], None] | None) -> int:
+    """``proc.wait(timeout)``, calling ``poll`` between short waits (and once at the end)."""
+    if poll is None:
+        return proc.wait(timeout=timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0)
+        try:
+            code = proc.wait(timeout=POLL_SECONDS if left is None else min(POLL_SECONDS, left))
+        except subprocess.TimeoutExpired:
+            poll()
+            continue
+        poll()
+        return code
+
+
 def run_tree(
     cmd: Sequence[str],
     *,
@@ -230,6 +251,7 @@ def run_tree(
     stdout: IO[Any] | None = None,
     tail_bytes: int | None = None,
     grace: float = 0.5,
+    poll: Callable[[], None] | None = None,
 ) -> Finished:
     """Run ``cmd`` to completion in a session of its own and return how it ended.
 
@@ -238,6 +260,8 @@ def run_tree(
     Either way, and after a normal exit, nothing it started is left running. Output is
     captured (stderr separately unless ``merge_stderr``) unless ``stdout`` is given, a
     stream that receives stdout as it comes (stderr then goes where trnf's goes).
+    ``poll`` is called about every ``POLL_SECONDS`` while it runs, and once at the end
+    (to relay the child's progress).
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = start(
@@ -247,7 +271,7 @@ def run_tree(
         )
         try:
             with sigterm_as_interrupt():
-                code: int | None = proc.wait(timeout=timeout)
+                code: int | None = _wait(proc, timeout, poll)
         except subprocess.TimeoutExpired:
             code = None
         finally:

@@ -6,12 +6,16 @@ stdout stays clean) and removes it when done; elsewhere (CI, a pipe) it prints t
 description and each new description as a plain line, so a log still says what the
 minutes were spent on.
 ``Steps.none()`` is the stand-in when the caller shows nothing.
+``FileSteps`` is the progress of a child process (the ``trnf eval`` worker): each call one
+JSON line in a file, which the parent's ``relay`` replays onto its own bar.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import (
@@ -47,6 +51,54 @@ class Steps:
     def describe(self, description: str) -> None:
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=description)
+
+
+class FileSteps(Steps):
+    """Progress written for another process: one JSON line per call, appended to ``path``;
+    every advance multiplied by ``scale`` (a rank that sees 1/W of the work reports W x)."""
+
+    def __init__(self, path: str | Path, scale: float = 1.0) -> None:
+        super().__init__()
+        self._path, self._scale = Path(path), scale
+
+    def _write(self, event: dict[str, object]) -> None:
+        with open(self._path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(event) + "\n")
+
+    def advance(self, amount: float = 1.0) -> None:
+        self.done += amount * self._scale
+        self._write({"advance": amount * self._scale})
+
+    def describe(self, description: str) -> None:
+        self._write({"describe": description})
+
+
+def relay(path: Path, bar: Steps) -> Callable[[], None]:
+    """A poll function: replays onto ``bar`` the lines a ``FileSteps`` appended to ``path``
+    since the last call (a partly written last line waits for the next call)."""
+    offset = 0
+
+    def poll() -> None:
+        nonlocal offset
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        offset += len(complete)
+        for line in complete.decode("utf-8", "replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if "advance" in event:
+                bar.advance(float(event["advance"]))
+            elif "describe" in event:
+                bar.describe(str(event["describe"]))
+
+    return poll
 
 
 class PlainSteps(Steps):

@@ -100,9 +100,15 @@ def command(
     timeout: float | None = typer.Option(None, "--timeout", min=1.0, help="Evaluation timeout in seconds (default: the contract's EVAL_TIMEOUT_SECONDS)."),
     train_py: Path | None = typer.Option(None, "--train-py", help="A kit-style train.py: its load_for_eval(checkpoint, device) loads the model."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="The checkpoint --train-py's load_for_eval reads."),
+    core: bool = typer.Option(False, "--core", help="Also score CORE, nanochat's capability metric (half the Phase 2 score), on --bundle."),
+    bundle: str | None = typer.Option(None, "--bundle", help="CORE bundle: a folder, a zip, an http(s) URL of the zip, a pin file (bundle: + sha256:), or 'sample' (the offline format sample; its score means nothing). Default: $TRNF_CORE_BUNDLE."),
+    bundle_sha256: str | None = typer.Option(None, "--bundle-sha256", help="The bundle's pinned SHA256 (the organisers publish it); a mismatch is refused."),
+    max_per_task: int | None = typer.Option(None, "--max-per-task", min=1, help="CORE on at most N items per task, for a quick look: NOT the full metric."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Processes per checkpoint (torchrun): they share CORE's items and the validation rows."),
 ) -> None:
     """Score checkpoints with the trusted evaluate_bpb, each in a fresh process, after the
-    causality and batch-independence checks; several paths are sorted by val_bpb."""
+    causality and batch-independence checks; several paths are sorted by val_bpb. With
+    --core, also nanochat's CORE, item for item as nanochat scores it."""
     from trnfrontier.evaluate.library import EvalOptions, Target, evaluate
 
     if (train_py is None) != (checkpoint is None):
@@ -122,10 +128,13 @@ def command(
         sample_tokens=sample,
         prompt=prompt,
         temperature=temperature,
+        nproc=nproc,
+        core=_core_setup(core, bundle, bundle_sha256, max_per_task),
     )
     notes = err()
-    what = f"scoring {len(targets)} checkpoint(s) with the trusted evaluate_bpb"
-    with steps(what, len(targets), announce=False) as bar:
+    what = f"scoring {len(targets)} checkpoint(s) with the trusted evaluate_bpb" + (" and CORE" if core else "")
+    per_target = 1 + (options.core.items if options.core else 0)
+    with steps(what, len(targets) * per_target, announce=False) as bar:
         document = evaluate(targets, options, progress=bar)
     from trnfrontier.ledger.record import record_eval
 
@@ -139,8 +148,23 @@ def command(
         print_json(document)
     else:
         render(document, out())
+        from trnfrontier.cli.eval_core_view import render_core
+
+        render_core(document, out())
     failed = [r for r in results if r["status"] != "ok"]
     for r in failed:
         notes.print(f"[bold red]trnf: {r['status'].upper()}[/bold red]: {r['path']}: {'; '.join(r['reasons'])}")
     if failed:
         raise typer.Exit(1)
+
+
+def _core_setup(core: bool, bundle: str | None, pin: str | None, max_per_task: int | None) -> Any:
+    """The checked CORE bundle (before any model loads), or None without --core."""
+    if not core:
+        given = [name for name, value in (("--bundle", bundle), ("--bundle-sha256", pin), ("--max-per-task", max_per_task)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} go(es) with --core")
+        return None
+    from trnfrontier.evaluate.core.job import prepare_core
+
+    return prepare_core(bundle, pin, max_per_task)

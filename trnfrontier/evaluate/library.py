@@ -10,20 +10,22 @@ record they are the contract's public defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trnfrontier import processes
 from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.evaluate.spec import WorkerSpec
-from trnfrontier.progress import Steps
+from trnfrontier.progress import Steps, relay
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
 from trnfrontier.runtime.integrity import DamagedFileError, check_file, check_weights
 from trnfrontier.runtime.prepare_calls import constant, missing_names
@@ -33,6 +35,9 @@ from trnfrontier.trusted_prepare import load_contract
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
 # load, the two checks and interpreter start-up. evaluate_bpb itself stops at the timeout.
 LOAD_GRACE_SECONDS = 300.0
+if TYPE_CHECKING:
+    from trnfrontier.evaluate.core.job import CoreSetup
+
 # The contract's eval_public default, used when nothing is recorded.
 DEFAULT_BATCH_SIZE = 8
 
@@ -51,6 +56,8 @@ class EvalOptions:
     prompt: str = ""
     temperature: float = 0.8
     threads: int | None = None
+    nproc: int = 1  # processes per target (torchrun): they share CORE's items and the validation rows
+    core: CoreSetup | None = None  # also score CORE (evaluate.core.job.prepare_core)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,9 @@ def recorded_settings(path: Path) -> dict[str, Any]:
         elif eval_section.get(key):
             found[key] = int(eval_section[key])
             found[f"{key}_source"] = "recipe recorded with the checkpoint"
+    model_section: dict[str, Any] = recipe["model"] if isinstance(recipe.get("model"), dict) else {}
+    if model_section.get("sequence_len"):
+        found["train_seq_len"] = int(model_section["sequence_len"])
     if summary and ref.is_final and summary.get("val_bpb") is not None:
         found["recorded_val_bpb"] = summary["val_bpb"]
     if meta:
@@ -162,6 +172,8 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
         threads=options.threads,
         recorded_val_bpb=recorded.get("recorded_val_bpb"),
         recorded_shas=recorded.get("shas") if target.train_py else None,
+        nproc=options.nproc,
+        core=options.core.job(options.seq_len, recorded.get("train_seq_len"), int(constant(prepare, "EVAL_SEQ_LEN"))) if options.core else None,
     )
 
 
@@ -192,15 +204,27 @@ def _repair(damaged: Path) -> str:
     return "refusing to score it: restore the file from a copy, or train the run again"
 
 
-def run_worker(spec: WorkerSpec) -> dict[str, Any]:
-    """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised."""
-    deadline = spec.timeout + LOAD_GRACE_SECONDS
-    command = [sys.executable, "-m", "trnfrontier.evaluate.worker", spec.to_json()]
-    # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
-    done = processes.run_tree(command, timeout=deadline, env=child_env(os.environ))
+def worker_command(spec: WorkerSpec) -> list[str]:
+    """Plain python for one process; torchrun for ``--nproc N`` (ranks share the work)."""
+    entry = ["-m", "trnfrontier.evaluate.worker", spec.to_json()]
+    if spec.nproc > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(spec.nproc), *entry]
+    return [sys.executable, *entry]
+
+
+def run_worker(spec: WorkerSpec, bar: Steps | None = None) -> dict[str, Any]:
+    """Score one target in a fresh interpreter; a kill at the deadline is reported, not raised.
+    With CORE there is no deadline (it reports progress instead; the report projects its time)."""
+    deadline = None if spec.core else spec.timeout + LOAD_GRACE_SECONDS
+    with tempfile.TemporaryDirectory(prefix="trnf-eval-") as scratch:
+        progress_file = Path(scratch) / "progress.jsonl"
+        spec = dataclasses.replace(spec, progress_file=str(progress_file))
+        poll = relay(progress_file, bar) if bar is not None else None
+        # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
+        done = processes.run_tree(worker_command(spec), timeout=deadline, env=child_env(os.environ), poll=poll)
     if done.timed_out:
         return {
-            "error": f"did not finish within {deadline:g} s (--timeout {spec.timeout:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
+            "error": f"did not finish within {deadline or 0:g} s (--timeout {spec.timeout:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
             "error_kind": "timeout",
         }
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -270,19 +294,22 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Steps | None
     results = []
     for target in targets:
         spec = worker_spec(target, options, prepare)
-        bar.describe(f"evaluating {target.label}: {spec.tokens:,} tokens, seq_len {spec.seq_len}, batch {spec.batch_size} ...")
+        started = bar.done
+        core = f", then CORE on {options.core.items:,} items" if options.core else ""
+        bar.describe(f"evaluating {target.label}: {spec.tokens:,} tokens, seq_len {spec.seq_len}, batch {spec.batch_size}{core} ...")
         result = {
             key: getattr(spec, key)
             for key in ("tokens_source", "seq_len", "seq_len_source", "batch_size", "timeout", "recorded_val_bpb")
         }
         result.update({"path": target.label, "checkpoint": str(target.path), "tokens_requested": spec.tokens})
         checked = check_target(target)
-        result.update(checked if "error" in checked else {**checked, **run_worker(spec)})
+        result.update(checked if "error" in checked else {**checked, **run_worker(spec, bar)})
         result["status"], result["reasons"] = verdict(result)
         if result["status"] == "ok" and result["recorded_val_bpb"] is not None:
             result["matches_recorded"] = result["val_bpb"] == result["recorded_val_bpb"]
         results.append(result)
-        bar.advance()
+        # One unit per target, and one per CORE item (the worker relayed its share).
+        bar.advance(max(0.0, 1 + (options.core.items if options.core else 0) - (bar.done - started)))
     ranked = rank(results)
     return {
         "split": "public_val",

@@ -32,6 +32,9 @@ class WorkerSpec:
     recorded_val_bpb: float | None  # the run's summary score of these weights, to compare
     recorded_shas: dict[str, Any] | None  # kit checkpoints: SHA256s from a meta.json beside
     seed: int = 0  # sampling
+    nproc: int = 1  # processes (torchrun) sharing CORE's items and the validation rows
+    core: dict[str, Any] | None = None  # evaluate.core.job.CoreJob.to_dict(): also score CORE
+    progress_file: str | None = None  # where the worker writes its progress for the parent
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -37,7 +37,8 @@ import torch
 
 from trnfrontier.errors import TrnfError
 from trnfrontier.evaluate.spec import WorkerSpec
-from trnfrontier.runtime import prepare_calls
+from trnfrontier.progress import FileSteps, Steps
+from trnfrontier.runtime import distributed, prepare_calls
 from trnfrontier.trusted_prepare import load_contract, tokenizer_sha256_of
 
 # Tolerances for the batch-independence check, relative to the logits' magnitude. A row
@@ -221,14 +222,14 @@ def generate(
 # ----------------------------------------------------------------------------- the run
 
 
-def _resolve_device(name: str) -> torch.device:
+def _resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto``/``cpu``/``cuda``/``neuron`` as the trainer resolves them (importing
     torch-neuronx registers ``neuron``); an indexed name (``cuda:1``) as torch reads it."""
     from trnfrontier.runtime import devices
 
     try:
         if name in ("auto", "cpu", "cuda", "neuron"):
-            return devices.resolve_device(name)
+            return devices.resolve_device(name, local_rank)
         device = torch.device(name)
     except (devices.DeviceError, RuntimeError) as exc:
         raise WorkerError("usage", f"--device {name}: {exc}") from None
@@ -254,7 +255,9 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
         torch.set_num_threads(spec.threads)
     contract = load_contract()
     prepare = contract.module
-    device = _resolve_device(spec.device or "auto")
+    info = distributed.dist_info()
+    device = _resolve_device(spec.device or "auto", info.local_rank)
+    distributed.init(device, info)  # under torchrun (--nproc): CORE's items and the validation rows are shared
     try:
         tokenizer = prepare_calls.ensure_tokenizer(prepare)
     except Exception as exc:
@@ -314,15 +317,37 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
         raise WorkerError("eval", f"the model failed under evaluation: {_one_line(exc)}") from None
     result.update(score)
 
-    if spec.sample_tokens:
-        prompt_ids = tokenizer.encode(spec.prompt or "", prepend=tokenizer.get_bos_token_id())
-        generator = torch.Generator().manual_seed(spec.seed)
-        samples = []
-        for temperature in (0.0, float(spec.temperature)):
-            ids = generate(model, prompt_ids, spec.sample_tokens, seq_len, device, temperature, generator)
-            samples.append({"temperature": temperature, "text": tokenizer.decode(ids)})
-        result["samples"] = samples
+    if spec.sample_tokens and distributed.dist_info().is_main:
+        result["samples"] = _samples(spec, model, tokenizer, seq_len, device)
+    if spec.core is not None:
+        result["core"] = _core(spec, model, tokenizer, device)
     return result
+
+
+def _samples(spec: WorkerSpec, model: torch.nn.Module, tokenizer: Any, seq_len: int, device: torch.device) -> list[dict[str, Any]]:
+    prompt_ids = tokenizer.encode(spec.prompt or "", prepend=tokenizer.get_bos_token_id())
+    generator = torch.Generator().manual_seed(spec.seed)
+    samples = []
+    for temperature in (0.0, float(spec.temperature)):
+        ids = generate(model, prompt_ids, spec.sample_tokens, seq_len, device, temperature, generator)
+        samples.append({"temperature": temperature, "text": tokenizer.decode(ids)})
+    return samples
+
+
+def _core(spec: WorkerSpec, model: torch.nn.Module, tokenizer: Any, device: torch.device) -> dict[str, Any]:
+    """CORE on the bundle the parent checked; rank 0 reports progress for all ranks."""
+    from trnfrontier.evaluate.core.run import run_job
+
+    info = distributed.dist_info()
+    progress = FileSteps(spec.progress_file, scale=info.world_size) if spec.progress_file and info.is_main else Steps.none()
+    try:
+        return run_job(spec.core or {}, model, tokenizer, device, progress)
+    except TrnfError as exc:
+        raise WorkerError("core", f"CORE: {exc}") from None
+    except torch.cuda.OutOfMemoryError:
+        raise WorkerError("memory", "out of device memory under CORE; try a smaller --core-batch-tokens") from None
+    except Exception as exc:
+        raise WorkerError("eval", f"the model failed under CORE: {_one_line(exc)}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,8 +370,13 @@ def main(argv: list[str] | None = None) -> int:
         result, code = {"error": str(exc), "error_kind": exc.kind}, 1
     except TrnfError as exc:
         result, code = {"error": str(exc), "error_kind": "contract"}, 1
-    json_out.write(json.dumps(result, default=str) + "\n")
-    json_out.flush()
+    finally:
+        distributed.shutdown()
+    # Under torchrun rank 0 reports; another rank only its own failure (torchrun then
+    # stops the rest, so that line is the last the parent reads).
+    if code or distributed.dist_info().is_main:
+        json_out.write(json.dumps(result, default=str) + "\n")
+        json_out.flush()
     return code
 
 

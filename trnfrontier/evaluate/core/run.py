@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,14 +26,15 @@ import torch
 from trnfrontier.contract.phases import phase
 from trnfrontier.errors import TrnfError
 from trnfrontier.evaluate.core import render
+from trnfrontier.evaluate.core.bundle import read_bundle
 from trnfrontier.evaluate.core.engine import score_rows, task_rows
 from trnfrontier.evaluate.core.fetch import ResolvedBundle
+from trnfrontier.evaluate.core.job import DEFAULT_BATCH_TOKENS, CoreJob
 from trnfrontier.evaluate.core.protocol import scorer_for
 from trnfrontier.evaluate.core.scoring import tolerance_for
 from trnfrontier.progress import Steps
 
 PHASE2 = phase(2)
-DEFAULT_BATCH_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -193,3 +195,19 @@ def _report(resolved: ResolvedBundle, options: CoreOptions, everyone: list[dict[
             "seconds_at_ranks": {str(r): projected / r for r in ranks},
         },
     }
+
+
+def run_job(job: dict[str, Any], model: Any, tokenizer: Any, device: torch.device, progress: Steps | None = None) -> dict[str, Any]:
+    """The CORE report of ``model`` for the job a parent sent (``CoreJob.to_dict()``)."""
+    spec = CoreJob(**job)
+    resolved = ResolvedBundle(
+        bundle=read_bundle(Path(spec.bundle_root)),
+        sha256=spec.bundle_sha256,
+        sha256_of=spec.bundle_sha256_of,
+        source=spec.bundle_source,
+        pinned=spec.bundle_pinned,
+        sample=spec.format_sample,
+    )
+    crop, source = crop_length(model, spec.crop, spec.crop_source)
+    options = CoreOptions(max_per_task=spec.max_per_task, crop=crop, crop_source=source, batch_tokens=spec.batch_tokens)
+    return evaluate_core(resolved, model, tokenizer, device, options, progress)
