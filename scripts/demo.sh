@@ -4,6 +4,7 @@
 # Each run gets its own directory under runs/, so the demo can be repeated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/timing.sh demo.sh  # prints the time it took, the cores and the load, at the end
 bash scripts/setup.sh
 trnf=.venv/bin/trnf
 run="runs/demo-$(date +%Y%m%d-%H%M%S)"

@@ -7,6 +7,7 @@
 #                      TRNF_TEST_LOAD=N does the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/timing.sh test.sh  # prints the time it took, the cores and the load, at the end
 load="${TRNF_TEST_LOAD:-0}"
 args=()
 for arg in "$@"; do
@@ -24,9 +25,7 @@ echo "test.sh: ruff check, mypy" >&2
 if [ "$load" -gt 0 ]; then
     .venv/bin/python scripts/cpu_load.py "$load" &
     load_pid=$!
-    trap 'kill "$load_pid" 2>/dev/null || true' EXIT
+    trap 'rc=$?; kill "$load_pid" 2>/dev/null || true; timing_report "$rc"' EXIT
     echo "test.sh: $load busy processes load the CPU while the tests run" >&2
-    .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
-else
-    exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
 fi
+.venv/bin/python -m pytest ${args[@]+"${args[@]}"}

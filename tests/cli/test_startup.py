@@ -74,3 +74,36 @@ def test_help_version_and_recipe_commands_never_import_torch() -> None:
         assert row["code"] in (0, None), row
         assert row["torch"] is False, f"`trnf {' '.join(row['argv'])}` imported torch"
         assert row["ray"] is False, f"`trnf {' '.join(row['argv'])}` imported ray"
+
+
+# A typo, a wrong path: refused before torch is imported or a worker starts (the outside
+# measured 10 s for a misspelt override on a loaded machine, 9.5 s for a missing eval path).
+BAD_INPUT = [
+    ["train", "cpu_smoke", "optim.matrx_lr=0.03"],
+    ["train", "cpu_smok"],
+    ["train", "cpu_smoke", "--name", "two words"],
+    ["train", "--resume", "runs/no-such-run"],
+    ["train", "--train-py", "no-such-train.py"],
+    ["eval", "runs/no-such-run"],
+    ["eval", "--train-py", "no-such-train.py", "--checkpoint", "out/final.pt"],
+    ["package", "runs/no-such-run"],
+    ["package", "--train-py", "no-such-train.py", "--checkpoint", "x.pt", "--launch", "x"],
+    ["profile", "cpu_smoke", "optim.matrx_lr=0.03"],
+    ["profile", "cpu_smoke", "--device", "tpu"],
+    ["compare", "cpu_smok", "cpu_smoke"],
+    ["verify", "no-such.tar"],
+    ["init", "no-such-dir", "--recipe", "cpu_smoke", "model.no_such=1"],
+]
+
+
+def test_bad_input_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRNF_PREPARE"}
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(BAD_INPUT)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for row in json.loads(result.stdout)[1:]:
+        assert row["code"] == 2, row  # a usage error, one line
+        assert row["torch"] is False, f"`trnf {' '.join(row['argv'])}` imported torch before refusing"
+    assert not list(tmp_path.iterdir())  # and wrote nothing

@@ -97,9 +97,6 @@ def command(
     ),
 ) -> int:
     """Package a run (or, with --train-py, your own train.py) as submission.tar."""
-    from trnfrontier.packaging.build import package_run
-    from trnfrontier.packaging.kit import package_kit
-
     given = {
         "RUN_DIR": run_dir is not None,
         "--single-file": single_file,
@@ -113,6 +110,8 @@ def command(
     from trnfrontier.progress import steps
 
     if train_py is not None:
+        from trnfrontier.packaging.kit import package_kit
+
         # A spinner with the elapsed time: hashing and screening a large checkpoint takes a while.
         with steps(f"packaging {train_py}", None, enabled=not json_output):
             result = package_kit(
@@ -131,6 +130,7 @@ def command(
             raise UsageError(
                 "give a RUN_DIR to package, or --train-py with --checkpoint and --launch"
             )
+        from trnfrontier.packaging.build import package_run
         from trnfrontier.packaging.finished_run import read_run
 
         run = read_run(run_dir)  # refused before "packaging ..." claims to start

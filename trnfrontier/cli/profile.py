@@ -29,12 +29,13 @@ def command(
     Overrides (`key.path=value`) follow the recipe(s) and apply to every recipe named.
     `--compare A B` times A and B in alternating rounds and reports B/A with its spread."""
     from trnfrontier.cli import profile_view
-    from trnfrontier.profiling import compare as compare_mod
-    from trnfrontier.profiling import measure
+    from trnfrontier.profiling.arguments import check_options, split_arguments
     from trnfrontier.progress import steps as steps_progress
 
-    measure.check_options(device, trace)
+    check_options(device, trace)
     if kernels:
+        from trnfrontier.profiling import measure
+
         document = measure.benchmark_kernels(device or "auto")
         if json_output:
             print_json(document)
@@ -43,13 +44,17 @@ def command(
         return
     if recipe is None:
         raise UsageError("give a RECIPE (file or shipped name), or --kernels")
-    overrides, second = measure.split_arguments(list(ctx.args), compare=compare, trace=trace)
+    overrides, second = split_arguments(list(ctx.args), compare=compare, trace=trace)
 
     from trnfrontier.recipes import load_recipe
 
     recipe_a = load_recipe(recipe, overrides)
-    if second is not None:
-        recipe_b = load_recipe(second, overrides)
+    recipe_b = load_recipe(second, overrides) if second is not None else None
+    # Only now, with every argument checked: measure imports torch.
+    from trnfrontier.profiling import compare as compare_mod
+    from trnfrontier.profiling import measure
+
+    if recipe_b is not None:
         setup_a = measure.build(recipe_a, device)
         setup_b = measure.build(recipe_b, device)
         what = f"comparing {recipe_a.name} and {recipe_b.name} on {setup_a.spec.name}"

@@ -177,6 +177,25 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
     )
 
 
+def check_paths(targets: list[Target]) -> None:
+    """Every path names something to score, before anything claims to start: a typo is
+    refused in a moment, not after a worker has loaded torch."""
+    problems = []
+    for target in targets:
+        if target.train_py is None:
+            try:
+                resolve_checkpoint(target.path)
+            except FileNotFoundError as exc:
+                problems.append(str(exc))
+            continue
+        if not target.train_py.is_file():
+            problems.append(f"--train-py {target.train_py}: no such file")
+        if not target.path.exists():
+            problems.append(f"--checkpoint {target.path}: no such file")
+    if problems:
+        raise UsageError(f"{'; '.join(problems)}; nothing was scored")
+
+
 def check_target(target: Target) -> dict[str, Any]:
     """The checkpoint's files against the manifest that recorded them, before any worker
     starts (a kit train.py's load_for_eval checks nothing): ``{"integrity": what was
@@ -284,6 +303,9 @@ def evaluate(targets: list[Target], options: EvalOptions, progress: Steps | None
     if not targets:
         raise UsageError("give at least one PATH (run dir, checkpoint dir or file) or --train-py with --checkpoint")
     check_device(options.device)
+    if options.tokens is not None:
+        parse_tokens(options.tokens, None)  # its form, before a path or the prepare.py is read
+    check_paths(targets)
     contract = load_contract()
     prepare = contract.module
     # Only contract names are required; extras such as EVAL_SEQ_LEN fall back to the

@@ -62,7 +62,6 @@ from trnfrontier.runtime.rundir import (
     exit_code_for,
     read_summary,
 )
-from trnfrontier.runtime.trainer import versions
 from trnfrontier.trusted_prepare import TrustedContract, load_contract, recorded_tokenizer_sha256
 
 
@@ -266,6 +265,9 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
 def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None, *, script: Path, contract: TrustedContract,
               plan: launch.LaunchPlan, options: KitOptions) -> dict[str, Any]:
     """summary.json: the recipe-run keys (None where a kit run cannot know them) + kit keys."""
+    # Imported here: it imports torch, which a refused launch never needs.
+    from trnfrontier.runtime.trainer import versions
+
     accounting, checkpoint, printed = seen.accounting or {}, seen.checkpoint, seen.printed
     fields = summary.printed_fields(printed)
     if seen.facts.get("params") is not None:

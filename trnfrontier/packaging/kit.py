@@ -20,8 +20,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from trnfrontier import submission as fmt
 from trnfrontier.contract.kit import EVAL_TOKENS_ENV
 from trnfrontier.contract.pins import load_pins
@@ -46,7 +44,6 @@ from trnfrontier.runtime.rundir import (
     STEP_LOG_FILE,
     SUMMARY_FILE,
 )
-from trnfrontier.runtime.safetensors_io import write_safetensors
 
 NOT_SHIPPED = frozenset({"prepare", "train"})
 
@@ -121,6 +118,11 @@ def checkpoint_members(checkpoint: Path) -> tuple[dict[str, Path | bytes], int, 
         raise UsageError(
             f"--checkpoint {checkpoint}: no such file (give the final.pt your train.py wrote, e.g. out/final.pt)"
         )
+    # Here, not at the top: `trnf package` refuses bad arguments before it loads torch.
+    import torch
+
+    from trnfrontier.runtime.safetensors_io import write_safetensors
+
     try:
         blob = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unloadable file gets the same one line

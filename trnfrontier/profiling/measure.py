@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.errors import TrnfError
 from trnfrontier.profiling import flops, phases
 from trnfrontier.profiling.quiet import without_profiler_noise
 from trnfrontier.progress import Steps
@@ -37,7 +37,6 @@ from trnfrontier.runtime.step import TrainStep, no_phase, step_module
 # Bytes per parameter a step holds besides activations: fp32 weight and gradient, AdamW's
 # two moments (Muon keeps one; the larger is assumed).
 _BYTES_PER_PARAM = 16
-DEVICE_CHOICES: tuple[str, ...] = typing.get_args(DeviceName)
 _OOM_MARKERS = ("out of memory", "failed to allocate", "cannot allocate memory", "resource_exhausted", "oom")
 
 
@@ -64,39 +63,6 @@ class Setup:
 
     def sync(self) -> None:
         devices.synchronize(self.spec.device)
-
-
-def check_options(device: str | None, trace: Path | None) -> None:
-    """Command-line choices that cannot work, refused before a model is built (exit 2)."""
-    if device is not None and device not in DEVICE_CHOICES:
-        raise UsageError(f"--device {device}: unknown device; choose {', '.join(DEVICE_CHOICES)}")
-    if trace is None:
-        return
-    if trace.is_dir():
-        raise UsageError(f"--trace {trace}: is a directory; give the trace's file name (e.g. profile.json)")
-    try:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--trace {trace}: cannot create its folder {trace.parent} ({exc.strerror or exc})") from None
-
-
-def split_arguments(extra: list[str], *, compare: bool, trace: Path | None) -> tuple[list[str], str | None]:
-    """The words after RECIPE: ``key.path=value`` overrides, and with --compare the second
-    recipe. Returns (overrides, second recipe or None); anything else is a usage error."""
-    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
-    others = [a for a in extra if a not in overrides]
-    unknown_options = [a for a in others if a.startswith("-")]
-    if unknown_options:
-        raise UsageError(f"unknown option {unknown_options[0]} for `trnf profile` (see trnf profile --help)")
-    if not compare:
-        if others:
-            raise UsageError(f"unexpected argument {others[0]!r}: overrides are key.path=value; two recipes need --compare")
-        return overrides, None
-    if len(others) != 1:
-        raise UsageError("--compare needs exactly two recipes: trnf profile --compare RECIPE_A RECIPE_B [key=value ...]")
-    if trace is not None:
-        raise UsageError("--trace profiles one recipe; drop it with --compare")
-    return overrides, others[0]
 
 
 def benchmark_kernels(device: str) -> dict[str, Any]:
@@ -190,7 +156,7 @@ def build(recipe: Recipe, device: str | None = None) -> Setup:
     """The recipe's model and optimizers on ``device`` (default: the recipe's)."""
     resolved = recipe.resolved()
     try:
-        # check_options has refused any --device but a DeviceName
+        # profiling/arguments.check_options has refused any --device but a DeviceName
         spec = devices.resolve(dataclasses.replace(resolved.runtime, device=typing.cast(DeviceName, device or resolved.runtime.device)))
     except devices.DeviceError as exc:
         raise TrnfError(str(exc)) from None

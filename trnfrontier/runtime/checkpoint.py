@@ -34,13 +34,13 @@ import torch.nn as nn
 
 from trnfrontier.runtime.atomic import json_bytes, remove_leftovers, write_directory
 from trnfrontier.runtime.checkpoint_ref import (
+    check_resumable,
     list_checkpoints,
     resolve_checkpoint,
 )
 from trnfrontier.runtime.integrity import (
     CHECKPOINT_FORMAT,
     DamagedFileError,
-    check_directory,
     check_file,
     write_manifest,
 )
@@ -49,7 +49,6 @@ from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
     FINAL_DIR,
     KIT_FILE,
-    MANIFEST_FILE,
     META_FILE,
     MODEL_FILE,
     OPTIM_FILE,
@@ -233,23 +232,6 @@ def drop_older_checkpoints(run_dir: Path, keep_last: int = 1) -> list[Path]:
     for old in dropped:
         shutil.rmtree(old, ignore_errors=True)
     return dropped
-
-
-def check_resumable(checkpoint_dir: Path) -> None:
-    """Every file of a resumable checkpoint against its manifest (size and SHA256): a
-    damaged one is refused, naming the checkpoint to fall back to."""
-    try:
-        if not check_directory(checkpoint_dir):  # trnf writes one with every checkpoint
-            raise DamagedFileError(checkpoint_dir / MANIFEST_FILE, "missing, so the checkpoint's files cannot be checked")
-    except DamagedFileError as exc:
-        run_dir = checkpoint_dir.parent.parent
-        earlier = [p for p in list_checkpoints(run_dir) if p.name < checkpoint_dir.name]
-        fix = (
-            f"delete {checkpoint_dir} and resume again to continue from {earlier[-1].name}"
-            if earlier
-            else "no earlier checkpoint exists; start the run again"
-        )
-        raise DamagedFileError(exc.path, f"{exc.problem}; refusing to resume from it: {fix}") from None
 
 
 def load_checkpoint(

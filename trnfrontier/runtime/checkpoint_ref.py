@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.runtime.integrity import DamagedFileError, check_directory
 from trnfrontier.runtime.rundir import (
     CHECKPOINTS_DIR,
     FINAL_DIR,
     KIT_FILE,
+    MANIFEST_FILE,
     META_FILE,
     MODEL_FILE,
     OPTIM_FILE,
@@ -50,6 +52,23 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
         ):
             found.append((int(match.group(1)), child))
     return [path for _, path in sorted(found)]
+
+
+def check_resumable(checkpoint_dir: Path) -> None:
+    """Every file of a resumable checkpoint against its manifest (size and SHA256): a
+    damaged one is refused, naming the checkpoint to fall back to."""
+    try:
+        if not check_directory(checkpoint_dir):  # trnf writes one with every checkpoint
+            raise DamagedFileError(checkpoint_dir / MANIFEST_FILE, "missing, so the checkpoint's files cannot be checked")
+    except DamagedFileError as exc:
+        run_dir = checkpoint_dir.parent.parent
+        earlier = [p for p in list_checkpoints(run_dir) if p.name < checkpoint_dir.name]
+        fix = (
+            f"delete {checkpoint_dir} and resume again to continue from {earlier[-1].name}"
+            if earlier
+            else "no earlier checkpoint exists; start the run again"
+        )
+        raise DamagedFileError(exc.path, f"{exc.problem}; refusing to resume from it: {fix}") from None
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -23,15 +23,13 @@ from trnfrontier.lifeline import supervisor_env
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime import host_memory, runlock
-from trnfrontier.runtime.checkpoint import check_resumable
-from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
+from trnfrontier.runtime.checkpoint_ref import check_resumable, latest_checkpoint
 from trnfrontier.runtime.data_home import (
     KIT_CACHE_DIR_ENV,
     data_home,
     data_root_reason,
     hidden_home,
 )
-from trnfrontier.runtime.devices import NEURON_PIP_HINT
 from trnfrontier.runtime.integrity import DamagedFileError
 from trnfrontier.runtime.prepare_loader import PREPARE_ENV
 from trnfrontier.runtime.rundir import (
@@ -250,6 +248,8 @@ def check_can_train(recipe: Recipe) -> None:
             raise TrnfError(no_dataset_line(exc)) from None
     check_token_files(module, recipe.data.dataset)
     device = recipe.runtime.device
+    from trnfrontier.runtime.devices import NEURON_PIP_HINT  # imports torch: after the cheap checks
+
     if device == "neuron" and importlib.util.find_spec("torch_neuronx") is None:
         raise TrnfError(
             f"runtime.device=neuron: {NEURON_PIP_HINT}; or train elsewhere with runtime.device=cpu|cuda",
