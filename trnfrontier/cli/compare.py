@@ -17,11 +17,15 @@ def render(document: dict[str, Any], console: Console) -> None:
     keep_wide(console, 160)
     setting = document["setting"]
     tokens = setting.get("num_tokens")
-    table = Table(
-        title=f"val_bpb on {setting.get('split')}, {tokens:,} tokens, seq_len {setting.get('seq_len')} (lower is better)"
-        if isinstance(tokens, int) else "val_bpb (lower is better)",
-        title_justify="left",
-    )  # fmt: skip
+    if document.get("metric") == "core":
+        from trnfrontier.ledger.scores import describe_core_setting
+
+        title = f"CORE, {describe_core_setting(setting)} (higher is better)"
+    elif isinstance(tokens, int):
+        title = f"val_bpb on {setting.get('split')}, {tokens:,} tokens, seq_len {setting.get('seq_len')} (lower is better)"
+    else:
+        title = "val_bpb (lower is better)"
+    table = Table(title=title, title_justify="left")
     for column in ("side", "runs", "mean", "sd", "min", "max", "seeds"):
         table.add_column(column, justify="left" if column in ("side", "seeds") else "right")
     for side in ("a", "b"):
@@ -70,6 +74,7 @@ def command(
     resolve: float | None = typer.Option(None, "--resolve", help="The difference worth resolving, in val_bpb (default: the observed one)."),
     unpaired: bool = typer.Option(False, "--unpaired", help="Welch's test even when both sides ran the same seeds (default there: paired by seed)."),
     json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    metric: str = typer.Option("val_bpb", "--metric", help="val_bpb (lower is better) or core (nanochat's CORE from `trnf eval --core`, higher is better)."),
 ) -> None:
     """Is B better than A, by how much, how sure (and on the leaderboard, where official scores were recorded).
 
@@ -80,6 +85,10 @@ def command(
     from trnfrontier.ledger.groups import resolve_group
     from trnfrontier.ledger.record import load_runs
 
+    if metric not in ("val_bpb", "core"):
+        raise UsageError(f"--metric {metric}: choose val_bpb or core")
+    if metric == "core" and (tokens is not None or seq_len is not None):
+        raise UsageError("--tokens and --seq-len select val_bpb scores; CORE scores are compared at their bundle, crop and subsample")
     if resolve is not None and not resolve > 0:
         raise UsageError(f"--resolve {resolve}: give a positive difference in val_bpb (0.001, say)")
     notes = err()
@@ -95,7 +104,8 @@ def command(
         if fill_seeds(group_a, group_b, seeds, say=lambda line: notes.print(line), warn=note):
             runs = load_runs()
             group_a, group_b = resolve_group(runs, a), resolve_group(runs, b)
-    document = compare(group_a, group_b, tokens=tokens, seq_len=seq_len, confidence=confidence, resolve=resolve, all_runs=runs, unpaired=unpaired)
+    document = compare(group_a, group_b, tokens=tokens, seq_len=seq_len, confidence=confidence, resolve=resolve,
+                       all_runs=runs, unpaired=unpaired, metric=metric)  # fmt: skip
     if json_output:
         print_json(document)
     else:

@@ -45,9 +45,9 @@ def render_list(runs: list[dict[str, Any]], fits_line: str, console: Console) ->
     keep_wide(console, 220)
     table = Table(title=f"trnf runs ({len(runs)})", title_justify="left")
     columns = ("name", "recipe", "seed", "vs parent", "status", "steps", "tok/s", "charged s", "val_bpb",
-               "eval", "official (proj.)", "commit", "device", "prepare")  # fmt: skip
+               "eval", "official (proj.)", "CORE", "commit", "device", "prepare")  # fmt: skip
     for column in columns:
-        table.add_column(column, justify="right" if column in ("seed", "steps", "tok/s", "charged s", "val_bpb") else "left")
+        table.add_column(column, justify="right" if column in ("seed", "steps", "tok/s", "charged s", "val_bpb", "CORE") else "left")
     from trnfrontier.ledger.listing import short_diff
     from trnfrontier.ledger.scores import describe_setting
 
@@ -65,7 +65,7 @@ def render_list(runs: list[dict[str, Any]], fits_line: str, console: Console) ->
             status if status == COMPLETED else f"[red]{status}[/red]",
             _num(run.get("steps"), ","), _num(run.get("tokens_per_second"), ",.0f"),
             _num(run.get("charged_seconds"), ",.1f"), _num(run.get("val_bpb"), ".6f"),
-            describe_setting(run["score"]) if run.get("score") else "-", _projected(run), commit, device,
+            describe_setting(run["score"]) if run.get("score") else "-", _projected(run), _num(run.get("core"), ".4f"), commit, device,
             _short(run.get("prepare_sha256")),
         )  # fmt: skip
     console.print(table)
@@ -165,6 +165,10 @@ def show_command(
             f"score ({score['source']}): val_bpb {score['val_bpb']:.6f} on {score.get('split')}, "
             f"{_num(score.get('num_tokens'), ',')} tokens, seq_len {score.get('seq_len')}, status {score.get('status')}{shown}"
         )
+        if isinstance(score.get("core"), (int, float)):
+            from trnfrontier.ledger.scores import describe_core_setting
+
+            console.print(f"  CORE {score['core']:.4f} ({describe_core_setting(score)})")
     for pair in annotated["official"]:
         console.print(f"official: {pair['official']:.6f} (local then {pair['local_val_bpb']:.6f}){' - ' + escape(pair['note']) if pair.get('note') else ''}")
     if not fits:

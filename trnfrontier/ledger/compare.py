@@ -4,7 +4,8 @@ Each side's score per run (``scores.primary_score``; all at one setting, or refu
 the mean and spread per side, the difference B - A with a confidence interval and a test
 that fits the sample sizes (``stats.welch``), a plain verdict, how many more seeds per side
 would resolve a difference of that size, and, where official scores were recorded, the
-projected leaderboard score of each side. Lower val_bpb is better.
+projected leaderboard score of each side. Lower val_bpb is better; ``metric="core"``
+compares the runs' CORE scores (`trnf eval --core`) instead, where higher is better.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ OUTLIER_SPREADS = 4.0
 MAX_USEFUL_SEEDS = 200
 
 
-def _scored(group: Group, tokens: int | None, seq_len: int | None) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[str]]:
+def _scored(
+    group: Group, tokens: int | None, seq_len: int | None, metric: scores.Metric
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[str]]:
     """(run, score) pairs of a side, and the names of its runs that have no such score."""
     pairs, unscored = [], []
     for run in group.runs:
-        score = scores.primary_score(run, tokens, seq_len)
+        score = metric.pick(run, tokens, seq_len)
         if score is None:
             unscored.append(run["name"])
         else:
@@ -38,21 +41,21 @@ def _scored(group: Group, tokens: int | None, seq_len: int | None) -> tuple[list
     return pairs, unscored
 
 
-def check_comparable(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-    """Refuse scores measured on different data, lengths, prepare.py or tokenizer."""
+def check_comparable(pairs: list[tuple[dict[str, Any], dict[str, Any]]], metric: scores.Metric = scores.METRICS["val_bpb"]) -> None:
+    """Refuse scores measured on different data, lengths, prepare.py or tokenizer (for
+    CORE: bundle, subsample, crop or tokenizer)."""
     first_run, first = pairs[0]
     for run, score in pairs[1:]:
-        field = scores.first_difference(first, score)
+        field = scores.first_difference(first, score, metric.fields)
         if field is not None:
             raise TrnfError(
                 f"refusing to compare: {first_run['name']} and {run['name']} were scored with different {field} "
-                f"({scores.describe_setting(first)} vs {scores.describe_setting(score)}); "
-                "score them alike with `trnf eval RUN --tokens N --seq-len L`, then compare with --tokens N --seq-len L"
+                f"({metric.describe(first)} vs {metric.describe(score)}); {metric.rescore}"
             )
 
 
-def _outliers(label: str, pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[str]:
-    values = [s["val_bpb"] for _, s in pairs]
+def _outliers(label: str, pairs: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> list[str]:
+    values = [s[key] for _, s in pairs]
     if len(values) < 4:
         return []
     median = statistics.median(values)
@@ -60,18 +63,18 @@ def _outliers(label: str, pairs: list[tuple[dict[str, Any], dict[str, Any]]]) ->
     if spread == 0:
         return []
     return [
-        f"{label}: {run['name']} (seed {run.get('seed')}) is {s['val_bpb'] - median:+.5f} from the side's median, "
-        f"{abs(s['val_bpb'] - median) / spread:.0f} robust spreads: a warm-up spike? It is included"
+        f"{label}: {run['name']} (seed {run.get('seed')}) is {s[key] - median:+.5f} from the side's median, "
+        f"{abs(s[key] - median) / spread:.0f} robust spreads: a warm-up spike? It is included"
         for run, s in pairs
-        if abs(s["val_bpb"] - median) > OUTLIER_SPREADS * spread
+        if abs(s[key] - median) > OUTLIER_SPREADS * spread
     ]
 
 
-def _side(group: Group, pairs: list[tuple[dict[str, Any], dict[str, Any]]], unscored: list[str]) -> dict[str, Any]:
-    summary = stats.describe([s["val_bpb"] for _, s in pairs])
+def _side(group: Group, pairs: list[tuple[dict[str, Any], dict[str, Any]]], unscored: list[str], key: str) -> dict[str, Any]:
+    summary = stats.describe([s[key] for _, s in pairs])
     return {
         "label": group.label,
-        "runs": [{"name": r["name"], "seed": r.get("seed"), "val_bpb": s["val_bpb"], "run_dir": r["run_dir"]} for r, s in pairs],
+        "runs": [{"name": r["name"], "seed": r.get("seed"), key: s[key], "run_dir": r["run_dir"]} for r, s in pairs],
         "unscored": unscored,
         **asdict(summary),
     }
@@ -95,38 +98,47 @@ def compare(
     resolve: float | None = None,
     all_runs: list[dict[str, Any]] | None = None,
     unpaired: bool = False,
+    metric: str = "val_bpb",
 ) -> dict[str, Any]:
     """The JSON document `trnf compare --json` prints (``verdict`` is the plain sentence)."""
     overlap = {r["run_dir"] for r in a.runs} & {r["run_dir"] for r in b.runs}
     if overlap:
         raise TrnfError(f"A and B share runs ({', '.join(sorted(overlap))}); they would be compared with themselves")
-    pa, ua = _scored(a, tokens, seq_len)
-    pb, ub = _scored(b, tokens, seq_len)
+    measure = scores.METRICS[metric]
+    pa, ua = _scored(a, tokens, seq_len, measure)
+    pb, ub = _scored(b, tokens, seq_len, measure)
     for name, pairs, group in (("A", pa, a), ("B", pb, b)):
         if not pairs:
             wanted = "" if tokens is None and seq_len is None else " at that --tokens/--seq-len"
+            how = "score runs with `trnf eval --core`" if metric == scores.CORE else "score runs with `trnf eval`"
             raise TrnfError(
-                f"{name} ({group.label}) has no scored runs{wanted}; train some with `trnf compare A B --seeds N`, "
-                "or score runs with `trnf eval`"
+                f"{name} ({group.label}) has no {metric} scores{wanted}; train some with `trnf compare A B --seeds N`, "
+                f"or {how}"
             )
-    check_comparable(pa + pb)
-    xa, xb = [s["val_bpb"] for _, s in pa], [s["val_bpb"] for _, s in pb]
+    check_comparable(pa + pb, measure)
+    xa, xb = [s[metric] for _, s in pa], [s[metric] for _, s in pb]
     sa, sb = stats.describe(xa), stats.describe(xb)
     by_seed = not unpaired and seeds_pair(pa, pb)
     diff = stats.paired(xa, xb, confidence) if by_seed else stats.welch(xa, xb, confidence)
     spread = stats.describe([y - x for x, y in zip(xa, xb, strict=True)]).sd if by_seed else pooled_sd(sa, sb)
     document: dict[str, Any] = {
-        "a": _side(a, pa, ua),
-        "b": _side(b, pb, ub),
-        "setting": {name: pa[0][1].get(name) for name in scores.SETTING_FIELDS},
+        "metric": metric,
+        "higher_is_better": measure.higher_is_better,
+        "a": _side(a, pa, ua, metric),
+        "b": _side(b, pb, ub, metric),
+        "setting": {name: pa[0][1].get(name) for name in measure.fields},
         "difference": asdict(diff),
         "confidence": confidence,
-        "outliers": _outliers("A", pa) + _outliers("B", pb),
+        "outliers": _outliers("A", pa, metric) + _outliers("B", pb, metric),
     }
-    document.update(_verdict(diff, min(sa.n, sb.n), spread, confidence, resolve))
+    document.update(_verdict(diff, min(sa.n, sb.n), spread, confidence, resolve, measure.higher_is_better))
     _qualify(document, [r for r, _ in pa], [r for r, _ in pb])
-    document["projection"] = _projection(all_runs or [*a.runs, *b.runs], pa[0][1], sa, sb)
-    document["caveat"] = _caveat(pa[0][1])
+    if metric == scores.CORE:  # no leaderboard CORE to project onto; no token count to caveat
+        document["projection"] = {"available": False, "message": "no official CORE scores are recorded: no projection"}
+        document["caveat"] = None
+    else:
+        document["projection"] = _projection(all_runs or [*a.runs, *b.runs], pa[0][1], sa, sb)
+        document["caveat"] = _caveat(pa[0][1])
     return document
 
 
@@ -185,7 +197,8 @@ def seeds_pair(pa: list[tuple[dict[str, Any], dict[str, Any]]], pb: list[tuple[d
 
 
 def _verdict(
-    diff: stats.Difference, n: int, spread: float | None, confidence: float, resolve: float | None
+    diff: stats.Difference, n: int, spread: float | None, confidence: float, resolve: float | None,
+    higher_is_better: bool = False,
 ) -> dict[str, Any]:
     level = f"{100 * confidence:g}%"
     if diff.p_value is None or diff.half_width is None:
@@ -200,7 +213,7 @@ def _verdict(
     alpha = 1.0 - confidence
     size = f"{fmt(abs(diff.difference))} +- {fmt(diff.half_width)} ({level} CI), {fmt_p(diff.p_value)}"
     if diff.p_value < alpha:
-        better = "B" if diff.difference < 0 else "A"
+        better = "B" if (diff.difference < 0) != higher_is_better else "A"
         return {"verdict": f"{better} better", "message": f"{better} better by {size}", "seeds_to_resolve": None}
     sd = spread or 0.0
     delta = resolve if resolve is not None else abs(diff.difference) or sd

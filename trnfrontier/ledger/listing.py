@@ -17,7 +17,7 @@ from trnfrontier.errors import UsageError
 from trnfrontier.ledger import confound, official, reader, scores
 
 # What --sort accepts beyond the stored columns.
-DERIVED = ("val_bpb", "projected")
+DERIVED = ("val_bpb", "projected", "core")
 
 
 @dataclass
@@ -48,8 +48,8 @@ def _matches(run: dict[str, Any], f: Filters) -> bool:
 
 
 def annotate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add ``val_bpb``, ``score`` (the primary score), ``projected`` [value, half width]
-    and ``parent_diff`` to every run (a new list of new dicts)."""
+    """Add ``val_bpb``, ``score`` (the primary score), ``projected`` [value, half width],
+    ``core`` (the latest CORE score) and ``parent_diff`` to every run (a new list of new dicts)."""
     fits = official.fit_offsets(runs)
     by_dir = {r["run_dir"]: r for r in runs}
     annotated = []
@@ -63,6 +63,7 @@ def annotate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "score": score,
                 "val_bpb": score["val_bpb"] if score else None,
                 "projected": list(projected) if projected else None,
+                "core": (scores.core_score(run) or {}).get(scores.CORE),
                 "parent_name": parent["name"] if parent else None,
                 "parent_diff": reader.recipe_diff(parent["recipe_json"], run["recipe_json"]) if parent else None,
                 # Trained a different number of steps than its parent: not comparable as equals.

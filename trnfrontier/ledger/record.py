@@ -111,6 +111,7 @@ def record_eval(document: dict[str, Any], warn: Warn) -> None:
             **data,
             "status": result.get("status"),
             "recorded": when,
+            **core_columns(result.get("core")),
         }
         if line["val_bpb"] is None:
             continue
@@ -120,6 +121,18 @@ def record_eval(document: dict[str, Any], warn: Warn) -> None:
             warn(f"ledger: score of {run_dir} not recorded ({exc})")
             continue
         index_run(run_dir, warn)
+
+
+def core_columns(core: dict[str, Any] | None) -> dict[str, Any]:
+    """A `trnf eval --core` report as the score line's CORE columns (none without one)."""
+    if not isinstance(core, dict) or not isinstance(core.get("core_metric"), (int, float)):
+        return {}
+    return {
+        "core": float(core["core_metric"]),
+        "core_bundle_sha256": core.get("bundle_sha256"),
+        "core_max_per_task": core.get("max_per_task"),
+        "core_crop": core.get("crop"),
+    }
 
 
 # ---------------------------------------------------------------------- reading the ledger

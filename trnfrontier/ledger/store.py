@@ -32,6 +32,7 @@ RUN_COLUMNS = (
 SCORE_COLUMNS = (
     "run_dir", "source", "val_bpb", "num_tokens", "counted_tokens", "num_bytes", "seq_len", "split",
     "prepare_sha256", "tokenizer_sha256", "dataset", "data_id", "status", "recorded",
+    "core", "core_bundle_sha256", "core_max_per_task", "core_crop",
 )  # fmt: skip
 OFFICIAL_COLUMNS = ("run_dir", "official", "local_val_bpb", "local_num_tokens", "local_seq_len", "note", "recorded")
 JSON_COLUMNS = ("overrides", "env", "recipe_json", "speed_env", "sweep_params")
