@@ -233,6 +233,9 @@ def run(sweep: st.SweepState, spec: SweepSpec, address: str | None, resume: bool
     # Intermediate reports carry the training loss; the metric comes with the last one.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C stops the driver (KeyboardInterrupt, `trnf: interrupted`), as kill does; Ray
+    # Tune's own handler would end the search quietly, as if it had finished.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     start_ray(address)
     check_fits(spec)
     job = Job(sweep.sweep_id, str(sweep.folder.resolve()), spec, os.getcwd(), forwarded_env() if address else {})

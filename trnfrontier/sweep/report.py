@@ -13,6 +13,7 @@ import yaml
 
 from trnfrontier.runtime.rundir import RECIPE_FILE, read_summary
 from trnfrontier.sweep import state as st
+from trnfrontier.sweep.space import SEED_KEY
 from trnfrontier.sweep.spec import SweepSpec
 from trnfrontier.sweep.trial import LOGS_DIR, error_line, metric_value
 
@@ -104,7 +105,10 @@ def write_figure(sweep: st.SweepState, spec: SweepSpec, found: list[dict[str, An
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
         points = [(r["params"].get(key), r[spec.metric]) for r in found if r[spec.metric] is not None]
-        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x, _ in points)
+        # Seeds are names, not quantities: one column each.
+        numeric = key != SEED_KEY and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x, _ in points)
+        if not numeric:
+            points.sort(key=lambda point: str(point[0]))
         xs = [x if numeric else str(x) for x, _ in points]
         ax.scatter(xs, [y for _, y in points], color="tab:blue")
         dim = spec.space.get(key)
