@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trnfrontier.child_env import child_env, data_env, data_home, diagnostics_env
-from trnfrontier.verify.dryrun import clean_environ
+from trnfrontier.kit.harness import clean_environ
 
 
 def test_the_default_data_home_is_written_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

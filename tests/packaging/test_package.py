@@ -13,10 +13,10 @@ from tests.packaging.conftest import edit_summary
 from tests.verify import verify_kit
 from trnfrontier import submission as fmt
 from trnfrontier.errors import TrnfError
+from trnfrontier.kit.harness import build_clean_env
 from trnfrontier.packaging.build import package_run, screen_reasons
 from trnfrontier.packaging.writeup import FACTS_MARKER
 from trnfrontier.verify import Options, verify_archive
-from trnfrontier.verify.dryrun import build_clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,8 @@ from hostile import HOSTILE, SECRET_VAR, Case, Ctx
 from verify_kit import pins_file
 
 import trnfrontier.verify.runner as runner
-from trnfrontier.verify import Options, sandbox, verify_archive
+from trnfrontier.untrusted import sandbox
+from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.report import skipped
 
 ORIGINAL = "original content\n"

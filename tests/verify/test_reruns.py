@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from verify_kit import LAUNCH, TRAIN_PY, build_archive, good_meta, pins_file
 
+from trnfrontier.kit.harness import build_clean_env
 from trnfrontier.verify import Options, verify_archive
-from trnfrontier.verify.dryrun import build_clean_env
 
 REPO = Path(__file__).resolve().parents[2]
 

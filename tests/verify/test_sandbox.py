@@ -13,7 +13,8 @@ import pytest
 from verify_kit import build_archive, pins_file
 
 from tests.cli_run import run_cli
-from trnfrontier.verify import Options, sandbox, verify_archive
+from trnfrontier.untrusted import sandbox
+from trnfrontier.verify import Options, verify_archive
 
 needs_bwrap = pytest.mark.skipif(not sandbox.available().ok, reason=f"no usable bubblewrap here: {sandbox.available().detail}")
 

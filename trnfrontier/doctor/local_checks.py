@@ -119,7 +119,7 @@ def check_torch_compile_cache(recipe: Any, env: dict[str, str]) -> Check:
 
 def check_sandbox() -> Check:
     """bubblewrap, which `trnf verify` needs to run archive code."""
-    from trnfrontier.verify import sandbox
+    from trnfrontier.untrusted import sandbox
 
     found = sandbox.available()
     if found.ok:

@@ -2,7 +2,7 @@
 
 The same file, under torchrun with the chosen world size, gloo on CPU, for a few steps
 (``TRNF_DRY_RUN_STEPS``, the variable `trnf verify --dry-run` sets; kit-style scripts
-honour it), in the clean environment of ``trnfrontier.verify.dryrun`` (a venv holding
+honour it), in the clean environment of the kit harness (``harness``: a venv holding
 only the organisers' packages and the trusted prepare.py, ``python -I``, a scrubbed
 environment). It runs on a copy of the script's code in a work directory, so a dry run
 never overwrites the team's real ``out/final.pt``.
@@ -24,9 +24,7 @@ from trnfrontier.contract.checkpoint import find_checkpoint
 from trnfrontier.contract.kit import NUM_STEPS_ENV
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
-from trnfrontier.progress import Steps
-from trnfrontier.trusted_prepare import load_contract
-from trnfrontier.verify.dryrun import (
+from trnfrontier.kit.harness import (
     DRY_RUN_STEPS_ENV,
     build_clean_env,
     clean_environ,
@@ -34,6 +32,8 @@ from trnfrontier.verify.dryrun import (
     load_back,
     logged_boundaries,
 )
+from trnfrontier.progress import Steps
+from trnfrontier.trusted_prepare import load_contract
 
 STAGES = ("source", "environment", "start", "steps", "checkpoint", "load_for_eval")
 # Directories never copied into the dry run: caches, environments, outputs.

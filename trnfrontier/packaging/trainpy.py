@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 from trnfrontier import __version__
 from trnfrontier.errors import TrnfError
+from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
 from trnfrontier.packaging.flatten import flatten, module_closure
 from trnfrontier.runtime.rundir import KIT_OUT_DIR
-from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV
 
 Mode = Literal["package", "single"]
 RUNTIME_PACKAGE = "trnfrontier.runtime"

@@ -1,31 +1,13 @@
 """`--dry-run`: run the archive's train.py for a few CPU steps in an environment with only the organisers' packages.
 
-The clean environment (why it is trustworthy):
-1. ``python -m venv --without-pip`` makes a fresh virtual environment. A venv never sees
-   the base interpreter's site-packages nor the user site, so it starts with the
-   standard library only.
-2. Its site-packages receives *symlinks* to exactly the organisers' distributions
-   (torch, numpy, tiktoken, pyarrow, plus torch-neuronx / nki / neuronx-cc / torch-xla
-   where installed) and their runtime dependencies, found by walking
-   ``importlib.metadata`` requirements (extras excluded, markers evaluated), and to the
-   trusted prepare.py. Nothing else: ``import trnfrontier``, ``pydantic``, ``typer`` or
-   ``rich`` raises ModuleNotFoundError. One stdlib module is added: ``trnf_exit_settle``
-   (``trnfrontier.runtime.exit_settle``), which keeps torch's gloo threads from aborting a rank
-   in Python's shutdown after train.py finished (a CPU stand-in's problem only).
-3. torchrun runs under that venv's interpreter with ``-I`` (no PYTHONPATH, no user
-   site) and a scrubbed environment, so the workers it spawns (``sys.executable``)
-   are confined the same way.
-4. All of it runs inside the sandbox (``sandbox.py``): the work directory is the only
-   writable place, the prepared data and the trusted prepare.py are bound read-only,
-   there is no network (torchrun and gloo talk over the sandbox's own loopback).
-
-The run is a copy of the archive's code (not its checkpoint) in a temporary directory.
-train.py is told to be short through environment variables that packaged and kit-style
-train.py files honour: ``TRNF_DRY_RUN_STEPS`` (stop after that many steps),
-``TRNF_DEVICE=cpu`` and ``TRNF_DIST_BACKEND=gloo``. It must exit 0 and write a
-checkpoint (``contract.checkpoint.find_checkpoint``: ``out/final.pt`` as the kit does, else
-the newest ``*.pt`` up to three folders deep), which is then
-loaded through ``load_for_eval`` by the probe, in the same clean environment.
+The harness is the kit's (``trnfrontier.kit.harness``: the clean venv, its environment,
+the sandbox it runs in, loading the checkpoint back), shared with
+`trnf train --train-py --dry-run`. The run is a copy of the archive's code (not its
+checkpoint) in a temporary directory, under torchrun with the clean venv's interpreter
+inside the sandbox. train.py must exit 0 and write a checkpoint
+(``contract.checkpoint.find_checkpoint``: ``out/final.pt`` as the kit does, else the newest
+``*.pt`` up to three folders deep), which is then loaded through ``load_for_eval`` by the
+model server, in the same clean environment.
 """
 
 from __future__ import annotations
@@ -35,194 +17,27 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from trnfrontier.child_env import child_env
-from trnfrontier.contract import kit
 from trnfrontier.contract.checkpoint import find_checkpoint
-from trnfrontier.contract.steplog import Boundary, StepLogError, read_step_log
 from trnfrontier.kit import logs
-from trnfrontier.runtime import exit_settle
-from trnfrontier.runtime.data_home import KIT_CACHE_DIR_ENV
-from trnfrontier.runtime.rundir import STEP_LOG_ENV, STEP_LOG_FILE
+from trnfrontier.kit.harness import (
+    DRY_RUN_STEPS_ENV,
+    build_clean_env,
+    clean_environ,
+    dry_run_jail,
+    load_back,
+    logged_boundaries,
+)
 from trnfrontier.submission import code_members, member_path
-from trnfrontier.verify import sandbox
-from trnfrontier.verify.served import ServedModel, ServerError
-
-ORGANISER_DISTRIBUTIONS = ("torch", "numpy", "tiktoken", "pyarrow")
-OPTIONAL_DISTRIBUTIONS = ("torch-neuronx", "torch-xla", "nki", "neuronx-cc")
-DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
-
-
-def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = None) -> dict[str, str]:
-    """The NEURON_COMPETITION_R1_* part of a dry run's environment.
-
-    The team's own settings are forwarded; the kit's train.py is stopped with its own knob
-    (NUM_STEPS), its in-process public eval and torch.compile(backend="neuron") are off
-    unless the team set them (a CPU dry run cannot compile for Neuron, and 2M eval tokens
-    would take longer than the run), and the step log goes where trnf reads it."""
-    source = os.environ if parent is None else parent
-    env = {k: v for k, v in source.items() if k.startswith(kit.ENV_PREFIX)}
-    env[kit.NUM_STEPS_ENV] = str(steps)
-    env.setdefault(kit.EVAL_PUBLIC_ENV, "0")
-    env.setdefault(kit.COMPILE_ENV, "0")
-    env[kit.STEP_LOG_ENV] = str(step_log)
-    return env
+from trnfrontier.untrusted import sandbox
 
 
 @dataclass
 class DryRunResult:
     passed: bool
     reason: str
-
-
-def _requirement_names(dist: metadata.Distribution) -> list[str]:
-    names: list[str] = []
-    try:
-        from packaging.requirements import Requirement
-    except ImportError:  # pragma: no cover - packaging ships with pip/setuptools everywhere
-        Requirement = None  # type: ignore[assignment,misc]
-    for spec in dist.requires or []:
-        if Requirement is not None:
-            req = Requirement(spec)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            names.append(req.name)
-        elif "extra ==" not in spec:
-            names.append(re.split(r"[\s;<>=!~\[(]", spec, maxsplit=1)[0])
-    return names
-
-
-def distribution_closure(roots: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[metadata.Distribution]:
-    """The installed distributions ``roots`` need at run time (``optional`` ones when installed)."""
-    found: dict[str, metadata.Distribution] = {}
-    todo = [(name, True) for name in roots] + [(name, False) for name in optional]
-    while todo:
-        name, required = todo.pop()
-        key = re.sub(r"[-_.]+", "-", name).lower()
-        if key in found:
-            continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            if required:
-                raise
-            continue
-        found[key] = dist
-        todo.extend((dep, False) for dep in _requirement_names(dist))
-    return list(found.values())
-
-
-def _top_level_entries(dist: metadata.Distribution) -> set[Path]:
-    """The site-packages entries a distribution installed (packages, modules, .libs, dist-info)."""
-    entries: set[Path] = set()
-    for file in dist.files or []:
-        parts = Path(str(file)).parts
-        if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith(".pth"):
-            continue
-        entries.add(Path(str(dist.locate_file(parts[0]))))
-    return {e for e in entries if e.exists()}
-
-
-def build_clean_env(dest: Path, prepare: Path | None) -> Path:
-    """Create the clean venv under ``dest``; returns its python."""
-    venv = dest / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
-    python = venv / "bin" / "python"
-    site = Path(
-        subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
-    )
-    for dist in distribution_closure(ORGANISER_DISTRIBUTIONS, OPTIONAL_DISTRIBUTIONS):
-        for entry in _top_level_entries(dist):
-            link = site / entry.name
-            if not link.exists():
-                link.symlink_to(entry)
-    if prepare is not None:
-        (site / "prepare.py").symlink_to(prepare)
-    exit_settle.add_to_site_packages(site)
-    return python
-
-
-def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -> dict[str, str]:
-    """The whole environment of a dry run (nothing inherited but where prepare.py finds the data)."""
-
-    env = {
-        "PATH": f"{home.parent / 'venv' / 'bin'}:/usr/bin:/bin",
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "LANG": "C.UTF-8",
-        "OMP_NUM_THREADS": "1",
-        "NEURON_LOGICAL_NC_CONFIG": str(lnc),
-        DRY_RUN_STEPS_ENV: str(steps),
-        "TRNF_DEVICE": "cpu",
-        "TRNF_DIST_BACKEND": "gloo",
-        STEP_LOG_ENV: str(run_dir / STEP_LOG_FILE),
-    }
-    # The kit's knobs and step log; its data comes through NEURON_COMPETITION_R1_CACHE_DIR
-    # (bound read-only in the jail, see data_paths).
-    env.update(kit_dry_run_env(steps, run_dir / STEP_LOG_FILE))
-    # The data a train.py reads comes through prepare.py, which finds it through TRNF_HOME:
-    # forwarded even when unset here, since HOME above is not the user's (child_env).
-    return child_env(env)
-
-
-def data_paths(env: dict[str, str]) -> tuple[Path, ...]:
-    """What a dry run with environment ``env`` reads besides code, bound read-only: the
-    prepared datasets with the ClimbMix shards and unpacked tokenizer they reference
-    (``data/``, ``tokenizer/``: the kit's layout), and the kit's cache directory when set;
-    never the rest of the data home."""
-    found: list[Path] = []
-    if env.get("TRNF_HOME"):
-        home = Path(env["TRNF_HOME"]).expanduser().resolve()
-        found += [home / "datasets", home / "active", home / "data", home / "tokenizer"]
-    if env.get(KIT_CACHE_DIR_ENV):
-        found.append(Path(env[KIT_CACHE_DIR_ENV]).expanduser().resolve())
-    return tuple(p for p in found if p.exists())
-
-
-def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path | None) -> sandbox.Jail:
-    """The sandbox of a dry run: ``work`` writable (venv, run, home, logs), data and prepare.py read-only."""
-    extra = (prepare.resolve(),) if prepare is not None else ()
-    return sandbox.Jail(scratch=work, env=env, read_only=(*data_paths(env), *extra), cwd=run_dir)
-
-
-def logged_boundaries(run_dir: Path) -> tuple[Boundary, ...]:
-    """(step, time) of each boundary the dry run's last process recorded; none when the log is absent or unreadable."""
-    try:
-        return read_step_log(run_dir / STEP_LOG_FILE).last.boundaries
-    except (OSError, StepLogError):
-        return ()
-
-
-def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float,
-              sandboxed: bool | None = None) -> tuple[bool, str]:
-    """Load ``checkpoint`` through run_dir/train.py's load_for_eval with the model server, in the
-    clean environment and the sandbox: (True, what the forward gave) or (False, why not)."""
-    import torch
-
-    del env  # the server gets its own minimal environment
-    venv = Path(python).parent.parent
-    trusted = venv_prepare(venv)
-    scratch = run_dir.parent / "load-scratch"
-    scratch.mkdir(exist_ok=True)
-    confined = sandbox.available().ok if sandboxed is None else sandboxed
-    try:
-        with ServedModel.start(root=run_dir, checkpoint=checkpoint, prepare=None, scratch=scratch, timeout=timeout,
-                               sandboxed=confined, python=str(python), read_only=(venv, *trusted)) as served:
-            logits = served.forward(torch.zeros(1, 8, dtype=torch.long))
-    except ServerError as exc:
-        return False, str(exc)
-    if not bool(torch.isfinite(logits).all()):
-        return False, f"forward gives {tuple(logits.shape)} with NaN or inf"
-    return True, f"forward gives {tuple(logits.shape)}"
-
-
-def venv_prepare(venv: Path) -> tuple[Path, ...]:
-    """The trusted prepare.py a clean venv links to (bound read-only so the link resolves in the sandbox)."""
-    found = [link.resolve() for link in venv.glob("lib/python*/site-packages/prepare.py")]
-    return tuple(p for p in found if p.exists())
 
 
 # torchrun's own report after a worker failed: a row of '=' or '-', its ChildFailedError and
@@ -233,16 +48,13 @@ _TORCHRUN_NOISE = re.compile(r"^([=\-]{8,}|torch\.distributed\.elastic\S*Error\b
 def error_line(output: str) -> str:
     """The line of a failed dry run's output that says why: the worker's exception
     (``RuntimeError: ...``), not torchrun's closing banner; else the last line."""
-    from trnfrontier.kit.logs import last_error_line
-
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return last_error_line([line for line in lines if not _TORCHRUN_NOISE.match(line)])
+    return logs.last_error_line([line for line in lines if not _TORCHRUN_NOISE.match(line)])
 
 
 def keep_log(output: str) -> Path | None:
     """The output's tail in a file that outlives the dry run's temporary work directory,
     so the failure can name it (None when even that cannot be written)."""
-    import os
     import tempfile
 
     try:
@@ -297,15 +109,3 @@ def dry_run(root: Path, names: list[str], work: Path, *, nproc: int, lnc: int, p
         f"{nproc} process(es), gloo on CPU, {DRY_RUN_STEPS_ENV}={steps}: {exited}, {len(boundaries)} step boundaries, "
         f"{checkpoint.relative_to(run_dir)} loads via load_for_eval without trnf",
     )
-
-
-def confine(argv: list[str], *, work: Path, run_dir: Path, env: dict[str, str], prepare: Path | None,
-            timeout: float) -> tuple[list[str], dict[str, str], str]:
-    """``argv`` (a dry run's torchrun) wrapped in the dry-run sandbox, for a caller that starts it
-    itself (the kit's launcher): (command, its environment, one line saying how it is confined).
-    Without bubblewrap the command runs unconfined but scrubbed, and the line says so."""
-    state = sandbox.available()
-    command, outer_env = sandbox.wrap(argv, dry_run_jail(work, run_dir, env, prepare), sandbox.Limits(wall_seconds=timeout),
-                                      sandboxed=state.ok)
-    line = "sandboxed (bubblewrap: no network, read-only but the work dir)" if state.ok else f"NOT sandboxed: {state.detail}"
-    return command, outer_env, line

@@ -33,16 +33,17 @@ from trnfrontier.contract.launch import Launch, LaunchError, parse_launch
 from trnfrontier.contract.pins import Pin, load_pins
 from trnfrontier.contract.steplog import StepLogError, read_step_log
 from trnfrontier.errors import TrnfError
+from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
-from trnfrontier.verify import sandbox
+from trnfrontier.untrusted import sandbox
+from trnfrontier.untrusted.served import ServedModel, ServerError
 from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
-from trnfrontier.verify.dryrun import DRY_RUN_STEPS_ENV, dry_run
+from trnfrontier.verify.dryrun import dry_run
 from trnfrontier.verify.manifest import check_manifest, load_manifest
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.scoring import EVAL_SEQ_LEN, TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files
-from trnfrontier.verify.served import ServedModel, ServerError
 
 RERUN_TOLERANCE = 1e-4
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'

@@ -16,8 +16,8 @@ from types import ModuleType
 from typing import Any
 
 from trnfrontier.runtime import prepare_calls
+from trnfrontier.untrusted.served import ServedModel, ServerError, remote_module
 from trnfrontier.verify.modelcheck import check_model
-from trnfrontier.verify.served import ServedModel, ServerError, remote_module
 
 EVAL_SEQ_LEN = int(prepare_calls.CONTRACT_DEFAULTS["EVAL_SEQ_LEN"])  # the contract's evaluation length, when a claim names none
 EVAL_BATCH_SIZE = 4

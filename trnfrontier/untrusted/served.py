@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier import processes
-from trnfrontier.verify import sandbox
+from trnfrontier.untrusted import sandbox
 
 SERVER = Path(__file__).with_name("modelserver.py")
 MAX_VOCAB = 1 << 17
