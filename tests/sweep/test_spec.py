@@ -44,6 +44,7 @@ def test_the_shipped_example_spec_is_valid() -> None:
         ({"space": {"optim.matrix_lr": {"grid": [0.01, -1.0]}}}, "space.optim.matrix_lr = -1.0:"),
         ({"space": {"optim.matrix_lr": {"grid": [0.01]}}, "concurrency": 0}, "concurrency: Input should be greater than or equal to 1"),
         ({"space": {}}, "space: nothing to vary"),
+        ({"seeds": [1, 2], "core_args": ["--max-per-task", "5"]}, "core_args: flags of the CORE evaluation, for metric: core"),
         ({"space": {"optim.matrix_lr": {"grid": [0.01]}}, "resources": {"neuron_cores": "two"}}, "resources.neuron_cores:"),
     ],
 )

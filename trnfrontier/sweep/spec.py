@@ -112,6 +112,7 @@ class SweepSpec(_Strict):
     seeds: list[int] | None = Field(None, min_length=1, description="Recipe runs: each configuration once per seed.")
     metric: Literal["val_bpb", "final_loss", "core", "tokens_per_second", "mfu"] = "val_bpb"
     mode: Literal["min", "max"] | None = None
+    core_args: list[str] = Field(default_factory=list, description="metric: core: more `trnf eval --core` flags (--bundle, --max-per-task).")
     search: Literal["grid", "random", "optuna"] = "grid"
     trials: int | None = Field(None, ge=1, le=10_000, description="random/optuna: configurations; grid: repeats.")
     search_seed: int = Field(0, ge=0, description="Seed of the search algorithm's own sampling.")
@@ -150,6 +151,8 @@ class SweepSpec(_Strict):
                 raise ValueError("seeds: optuna tries one seed per configuration; more seeds of the best: `trnf compare --seeds`")
         if self.search != "grid" and self.trials is None:
             raise ValueError(f"trials: search: {self.search} needs how many configurations to try")
+        if self.core_args and self.metric != "core":
+            raise ValueError("core_args: flags of the CORE evaluation, for metric: core")
         if not self.space and not self.seeds:
             raise ValueError("space: nothing to vary (give space keys or several seeds)")
         return self

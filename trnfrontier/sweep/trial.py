@@ -198,10 +198,17 @@ def run_trial(job: Job, config: dict[str, Any]) -> None:
         returncode = _train(trnf_command(words), env, job.cwd, log, reporter)
         if job.spec.train_py is not None and returncode == 0:
             _score_kit_run(job, run_dir, env, log)
+        elif job.spec.metric == "core" and returncode == 0:
+            # CORE is not part of training: `trnf eval --core` scores the final model and
+            # records the score in the run's own scores.jsonl.
+            _run_logged(trnf_command(["eval", str(run_dir), "--core", *job.spec.core_args]), job.cwd, env, log)
     summary = read_summary(run_dir) or {}
     if summary.get("status") != COMPLETED:
         raise TrialFailed(error_line(run_dir, log))
-    reporter.finish(**{job.spec.metric: metric_value(run_dir, job.spec.metric), "steps": summary.get("steps")})
+    value = metric_value(run_dir, job.spec.metric)
+    if value is None:  # trained, but the metric was not measured (a failed CORE evaluation, say)
+        raise TrialFailed(f"the run completed without a {job.spec.metric}: {error_line(run_dir, log)}")
+    reporter.finish(**{job.spec.metric: value, "steps": summary.get("steps")})
 
 
 def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: Reporter) -> int:
@@ -221,6 +228,15 @@ def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: R
     return int(proc.returncode)
 
 
+def _run_logged(cmd: list[str], cwd: str, env: dict[str, str], log: Path) -> str:
+    """Run a `trnf` command to its end, its stderr into the trial's log; its stdout."""
+    with open(log, "ab") as handle:
+        handle.write(f"$ {' '.join(cmd)}\n".encode())
+        handle.flush()
+        done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=handle, check=False)
+    return done.stdout.decode("utf-8", "replace")
+
+
 def _score_kit_run(job: Job, run_dir: Path, env: dict[str, str], log: Path) -> None:
     """A kit run's summary has no trusted score: `trnf eval` scores its checkpoint with
     the trusted evaluate_bpb, and the number goes into the run's own scores.jsonl."""
@@ -228,16 +244,18 @@ def _score_kit_run(job: Job, run_dir: Path, env: dict[str, str], log: Path) -> N
     checkpoint = summary.get("final_checkpoint")
     if not checkpoint:
         return
-    cmd = trnf_command(["eval", "--train-py", str(job.spec.train_py), "--checkpoint", str(checkpoint), "--json"])
-    with open(log, "ab") as handle:
-        done = subprocess.run(cmd, cwd=job.cwd, env=env, stdout=subprocess.PIPE, stderr=handle, check=False)
+    core = ["--core", *job.spec.core_args] if job.spec.metric == "core" else []
+    cmd = trnf_command(["eval", "--train-py", str(job.spec.train_py), "--checkpoint", str(checkpoint), *core, "--json"])
     try:
-        results = json.loads(done.stdout.decode("utf-8", "replace")).get("results", [])
+        results = json.loads(_run_logged(cmd, job.cwd, env, log)).get("results", [])
     except ValueError:
         return
     for result in results:
         if isinstance(result.get("val_bpb"), (int, float)) and result.get("status") != "error":
             line = {key: result.get(key) for key in ("val_bpb", "num_tokens", "num_bytes", "seq_len", "prepare_sha256", "tokenizer_sha256")}
+            core_score = (result.get("core") or {}).get("core_metric")
+            if isinstance(core_score, (int, float)):
+                line["core"] = float(core_score)
             append_line(run_dir / SCORES_FILE, {**line, "source": "eval", "status": "ok", "recorded": time.time()})
 
 
