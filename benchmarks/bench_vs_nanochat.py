@@ -8,9 +8,9 @@ batches from the prepared dataset (``make_dataloader``) and are scored by the sa
 
 - trnf: ``recipes/tinyshakespeare.yaml`` resolved with the schema's defaults
   (``runtime.compile: auto``, fused chunked loss, batch-scaled LRs) in ``steps`` mode over
-  ``--steps``; built as the trainer builds it (``step_module`` + ``TrainStep``, and the
-  trainer's host-memory policy, ``runtime/host_memory.py``, which is process-wide: hence a
-  process per side).
+  ``--steps``; built by the trainer's own builder (``runtime/assembly.py``: model,
+  optimizers, compiled ``TrainStep``, schedule), with the trainer's host-memory policy
+  (``runtime/host_memory.py``, which is process-wide: hence a process per side).
 - nanochat: a checkout of github.com/karpathy/nanochat (``--nanochat DIR``; the commit is
   pinned in benchmarks/requirements-bench.txt: the ``nanochat`` name on PyPI is a
   different package that ships only its BPE tokenizer). Model on meta -> ``to_empty`` ->
@@ -61,7 +61,7 @@ def quartiles(xs: list[float]) -> dict[str, float]:
 # ---------------------------------------------------------------- trnf
 
 
-def trnf_recipe(steps: int) -> Any:
+def trnf_recipe(steps: int, seed: int) -> Any:
     from trnfrontier.recipes.loading import (
         apply_overrides,
         parse_overrides,
@@ -70,7 +70,8 @@ def trnf_recipe(steps: int) -> Any:
     )
 
     data = read_recipe_file(REPO / "recipes" / "tinyshakespeare.yaml")
-    data = apply_overrides(data, parse_overrides(["schedule.mode=steps", f"schedule.total_steps={steps}"]))
+    overrides = ["schedule.mode=steps", f"schedule.total_steps={steps}", f"runtime.seed={seed}"]
+    data = apply_overrides(data, parse_overrides(overrides))
     return validate_recipe(data, "bench").resolved()
 
 
@@ -78,44 +79,27 @@ class TrnfSide:
     name = "trnf"
 
     def __init__(self, seed: int, steps: int) -> None:
-        from trnfrontier.runtime import compiling, distributed, host_memory, muon
-        from trnfrontier.runtime.model import GPT, GPTConfig
-        from trnfrontier.runtime.optim import build_optimizers
-        from trnfrontier.runtime.step import TrainStep, step_module
+        from trnfrontier.runtime import assembly, devices, distributed, host_memory, muon
 
-        self.recipe = r = trnf_recipe(steps)
-        torch.manual_seed(seed)
-        self.model = GPT(GPTConfig.from_recipe(r.model))
-        self.optimizers = build_optimizers(self.model, r.optim, B * T)
-        self.compiled = compiling.compile_enabled(r.runtime.compile, "cpu")
+        self.recipe = r = trnf_recipe(steps, seed)
+        # Built as the trainer builds it (runtime/assembly.py), in this one process.
+        self.parts = assembly.build_parts(r, devices.resolve(r.runtime), distributed.DistInfo(False, 0, 0, 1))
+        built = assembly.build_step(self.parts)
+        self.stepper, self.compiled = built.stepper, built.compiled
         self.host_memory_kept = host_memory.kept()  # run_seed starts this process as trnf train does
         self.polar_dtype = str(muon.CPU_POLAR_DTYPE).removeprefix("torch.")
-        if self.compiled:
-            compiling.use_cache_under_home()
-            compiling.compile_optimizers(self.optimizers, "cpu")
-        module, ddp = step_module(self.model, torch.device("cpu"), distributed.DistInfo(False, 0, 0, 1), self.compiled)
-        self.stepper = TrainStep(self.model, self.optimizers, module, ddp, torch.device("cpu"), torch.float32, 1, 0.0)
         self.step_index = 0
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        from trnfrontier.runtime.optim import apply_schedule
-        from trnfrontier.runtime.schedule import (
-            lr_multiplier,
-            muon_momentum,
-            progress_from_steps,
-            step_warmup,
-        )
+        from trnfrontier.runtime.schedule import progress_from_steps
 
-        s, o = self.recipe.schedule, self.recipe.optim
-        progress = progress_from_steps(self.step_index, int(s.total_steps))
-        lrm = min(lr_multiplier(progress, s.warmup_frac, s.warmdown_frac, s.final_lr_frac), step_warmup(self.step_index, s.warmup_steps))
-        apply_schedule(self.optimizers, lrm, muon_momentum(self.step_index, o.muon_momentum_warmup_start, o.muon_momentum, o.muon_momentum_warmup_steps))
+        self.parts.schedule(self.step_index, progress_from_steps(self.step_index, int(self.recipe.schedule.total_steps)))
         result = self.stepper.take(lambda micro: (x, y, None))
         self.step_index += 1
         return result.loss
 
     def eval_model(self) -> torch.nn.Module:
-        return self.model
+        return self.parts.model
 
 
 # ---------------------------------------------------------------- nanochat

@@ -43,7 +43,7 @@ def test_phases_add_up_and_every_phase_is_measured() -> None:
         "phases",
     )
     setup = measure.build(recipe)
-    assert setup.accum == 2
+    assert setup.parts.geometry.accum == 2
     result = measure.profile(setup, steps=12, warmup=2, top=3)
     assert set(result["phases"]) == set(phases.PHASES)
     total = sum(row["seconds"] for row in result["phases"].values())

@@ -29,7 +29,7 @@ def command(
     Overrides (`key.path=value`) follow the recipe(s) and apply to every recipe named.
     `--compare A B` times A and B in alternating rounds and reports B/A with its spread."""
     from trnfrontier.cli import profile_view
-    from trnfrontier.profiling.arguments import check_options, split_arguments
+    from trnfrontier.profiling.arguments import check_comparable, check_options, split_arguments
     from trnfrontier.progress import steps as steps_progress
 
     check_options(device, trace)
@@ -50,6 +50,8 @@ def command(
 
     recipe_a = load_recipe(recipe, overrides)
     recipe_b = load_recipe(second, overrides) if second is not None else None
+    if recipe_b is not None:
+        check_comparable(recipe_a, recipe_b)
     # Only now, with every argument checked: measure imports torch.
     from trnfrontier.profiling import compare as compare_mod
     from trnfrontier.profiling import measure

@@ -9,6 +9,9 @@ from pathlib import Path
 from trnfrontier.errors import UsageError
 from trnfrontier.runtime.recipe import DeviceName
 
+if typing.TYPE_CHECKING:
+    from trnfrontier.recipes.schema import Recipe
+
 DEVICE_CHOICES: tuple[str, ...] = typing.get_args(DeviceName)
 
 
@@ -43,3 +46,13 @@ def split_arguments(extra: list[str], *, compare: bool, trace: Path | None) -> t
     if trace is not None:
         raise UsageError("--trace profiles one recipe; drop it with --compare")
     return overrides, others[0]
+
+
+def check_comparable(a: Recipe, b: Recipe) -> None:
+    """``--compare`` times both recipes in one process, where the NKI kernel choice (the
+    ops dispatch table) is process-wide: two recipes that choose differently are refused."""
+    if a.kernels != b.kernels:
+        raise UsageError(
+            f"--compare times {a.name} and {b.name} in one process, where NKI kernels are chosen once for "
+            "both; they set different kernels: profile each on its own"
+        )

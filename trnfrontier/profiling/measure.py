@@ -1,13 +1,15 @@
-"""Build a recipe's model and optimizers on a device and time its training steps.
+"""Build a recipe's training step on a device and time it.
 
-The step timed here is the trainer's own (``trnfrontier.runtime.step.TrainStep``), driven
-through its ``phase`` hook: per micro-batch fetch, forward (under the device's autocast),
-backward; then the loss read, clipping and the optimizers. It uses the runtime's own
-model, optimizers, schedule and device helpers, so what is profiled is what trains.
+The step timed here is the trainer's own, built by the trainer's builder
+(``trnfrontier.runtime.assembly``: model, kernels, optimizers, compile, ``TrainStep``) and
+driven through its ``phase`` hook: per micro-batch fetch, forward (under the device's
+autocast), backward; then the loss read, clipping and the optimizers. What is profiled is
+what trains.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import resource
@@ -27,12 +29,10 @@ from trnfrontier.profiling import flops, phases
 from trnfrontier.profiling.quiet import without_profiler_noise
 from trnfrontier.progress import Steps
 from trnfrontier.recipes import Recipe
-from trnfrontier.runtime import compiling, devices, distributed, host_memory, prepare_calls
+from trnfrontier.runtime import assembly, devices, distributed, host_memory, prepare_calls
 from trnfrontier.runtime.model import GPT, GPTConfig
-from trnfrontier.runtime.optim import apply_schedule, build_optimizers
 from trnfrontier.runtime.recipe import DeviceName
-from trnfrontier.runtime.schedule import lr_multiplier, muon_momentum
-from trnfrontier.runtime.step import TrainStep, no_phase, step_module
+from trnfrontier.runtime.step import TrainStep, no_phase
 
 # Bytes per parameter a step holds besides activations: fp32 weight and gradient, AdamW's
 # two moments (Muon keeps one; the larger is assumed).
@@ -42,24 +42,37 @@ _OOM_MARKERS = ("out of memory", "failed to allocate", "cannot allocate memory",
 
 @dataclass
 class Setup:
-    """Everything one recipe's step needs, built once."""
+    """Everything one recipe's step needs, built once by ``runtime.assembly`` as the
+    trainer builds it: one rank of a ``runtime.nproc`` run, in this process."""
 
     recipe: Recipe
-    spec: devices.DeviceSpec
-    model: GPT
-    optimizers: list[torch.optim.Optimizer]
+    parts: assembly.Parts
+    built: assembly.BuiltStep
     batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
     data_source: str
-    accum: int
-    batch_size: int
-    seq_len: int
-    stepper: TrainStep
     step: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
+    def spec(self) -> devices.DeviceSpec:
+        return self.parts.spec
+
+    @property
+    def model(self) -> GPT:
+        return self.parts.model
+
+    @property
+    def stepper(self) -> TrainStep:
+        return self.built.stepper
+
+    @property
+    def seq_len(self) -> int:
+        return self.parts.geometry.seq_len
+
+    @property
     def tokens_per_step(self) -> int:
-        return self.accum * self.batch_size * self.seq_len
+        """The tokens this process (one rank) trains per step."""
+        return self.parts.geometry.rank_tokens
 
     def sync(self) -> None:
         devices.synchronize(self.spec.device)
@@ -153,61 +166,52 @@ def _batches(recipe: Recipe, device: torch.device, notes: list[str]) -> tuple[It
 
 
 def build(recipe: Recipe, device: str | None = None) -> Setup:
-    """The recipe's model and optimizers on ``device`` (default: the recipe's)."""
+    """The recipe's model, optimizers and step on ``device`` (default: the recipe's), as
+    one rank of its ``runtime.nproc`` processes: that rank's share of a step's batch, the
+    LRs of the whole run, no DDP (one process), its kernels."""
     resolved = recipe.resolved()
+    # profiling/arguments.check_options has refused any --device but a DeviceName
+    runtime = dataclasses.replace(resolved.runtime, device=typing.cast(DeviceName, device or resolved.runtime.device))
     try:
-        # profiling/arguments.check_options has refused any --device but a DeviceName
-        spec = devices.resolve(dataclasses.replace(resolved.runtime, device=typing.cast(DeviceName, device or resolved.runtime.device)))
+        spec = devices.resolve(runtime)
     except devices.DeviceError as exc:
         raise TrnfError(str(exc)) from None
     if spec.type == "cpu" and recipe.runtime.threads:
         torch.set_num_threads(recipe.runtime.threads)
-    config = GPTConfig.from_recipe(resolved.model)
-    check_fits(recipe, config, spec.device)
-    torch.manual_seed(recipe.runtime.seed)
+    check_fits(recipe, GPTConfig.from_recipe(resolved.model), spec.device)
     notes: list[str] = []
-    try:
-        model = GPT(config).to(spec.device)
-        # The LRs of the run this profiles (batch-scaled over all its ranks).
-        tokens_per_step = recipe.data.total_batch_tokens or (
-            recipe.data.batch_size * recipe.model.sequence_len * recipe.runtime.nproc
-        )
-        optimizers = build_optimizers(model, resolved.optim, tokens_per_step)
-    except RuntimeError as exc:
-        if _is_oom(exc):
-            raise does_not_fit(recipe, spec.name, str(exc).splitlines()[0][:160]) from None
-        raise
+    one_process = distributed.DistInfo(False, 0, 0, 1)
+    with _refusals(recipe, spec):
+        parts = assembly.build_parts(resolved, spec, one_process, world_size=recipe.runtime.nproc)
     batches, source = _batches(recipe, spec.device, notes)
-    # As the trainer builds it (one process: no DDP); compilation falls in the untimed warm-up.
-    compiled = compiling.compile_enabled(recipe.runtime.compile, spec.type)
+    built = assembly.build_step(parts)
     if spec.type == "cpu" and not host_memory.kept():
         notes.append(
             "host memory: glibc's defaults here; trnf train starts CPU runs with "
             + " ".join(f"{k}={v}" for k, v in host_memory.KEEP_FREED.items())
             + " (set them to profile the same step)"
         )
-    if compiled:
-        compiling.use_cache_under_home()
-        compiling.compile_optimizers(optimizers, spec.type)
+    if built.compiled:
         notes.append(
             "runtime.compile: the loss and the optimizer updates are torch.compile'd; "
             "compilation falls in the warm-up steps"
         )
-    module, ddp = step_module(model, spec.device, distributed.DistInfo(False, 0, 0, 1), compiled)
-    accum = recipe.grad_accum_steps()
-    stepper = TrainStep(model, optimizers, module, ddp, spec.device, spec.dtype, accum, recipe.optim.grad_clip)
-    return Setup(
-        recipe, spec, model, optimizers, batches, source, accum, recipe.data.batch_size, recipe.model.sequence_len, stepper, notes=notes
-    )
+    return Setup(recipe, parts, built, batches, source, notes=notes)
 
 
-def _schedule(setup: Setup) -> None:
-    """Move the LR and Muon momentum as the trainer does (constant mid-run progress: the
-    schedule's cost, not its values, is what is timed)."""
-    s, o = setup.recipe.schedule, setup.recipe.optim
-    multiplier = lr_multiplier(0.5, s.warmup_frac, s.warmdown_frac, s.final_lr_frac)
-    momentum = muon_momentum(setup.step, o.muon_momentum_warmup_start, o.muon_momentum, o.muon_momentum_warmup_steps)
-    apply_schedule(setup.optimizers, multiplier, momentum)
+@contextlib.contextmanager
+def _refusals(recipe: Recipe, spec: devices.DeviceSpec) -> Iterator[None]:
+    """An allocation failure or a kernel set to "on" that cannot run here, as one line."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if _is_oom(exc):
+            raise does_not_fit(recipe, spec.name, str(exc).splitlines()[0][:160]) from None
+        from trnfrontier.runtime.kernels import KernelUnavailableError
+
+        if isinstance(exc, KernelUnavailableError):
+            raise TrnfError(str(exc)) from None
+        raise
 
 
 def train_step(setup: Setup, timer: phases.PhaseTimer | None = None) -> None:
@@ -215,7 +219,8 @@ def train_step(setup: Setup, timer: phases.PhaseTimer | None = None) -> None:
     when ``timer`` is given."""
     phase = timer.phase if timer is not None else no_phase
     with phase("optimizer"):
-        _schedule(setup)
+        # Mid-run progress, held: the schedule's cost, not its values, is what is timed.
+        setup.parts.schedule(setup.step, 0.5)
     setup.stepper.take(lambda micro: (*next(setup.batches), None), phase=phase)
     setup.step += 1
 
@@ -313,7 +318,7 @@ def projection(recipe: Recipe, tokens_per_second: float, params: int) -> dict[st
     nproc = recipe.runtime.nproc
     total_tps = tokens_per_second * nproc
     tokens = total_tps * seconds
-    per_step = recipe.data.total_batch_tokens or recipe.data.batch_size * recipe.model.sequence_len * nproc
+    per_step = assembly.batch_geometry(recipe.resolved(), nproc).tokens
     return {
         "train_seconds": seconds,
         "nproc": nproc,
@@ -386,8 +391,8 @@ def profile(setup: Setup, steps: int, warmup: int, top: int = 12, trace: Path | 
         "data_source": setup.data_source,
         "warmup_steps": warmup,
         "steps": steps,
-        "accum": setup.accum,
-        "batch_size": setup.batch_size,
+        "accum": setup.parts.geometry.accum,
+        "batch_size": setup.parts.geometry.batch_size,
         "seq_len": setup.seq_len,
         "tokens_per_step": setup.tokens_per_step,
         "step_seconds_all": plain,

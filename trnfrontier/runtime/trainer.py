@@ -15,12 +15,10 @@ leads to a collective (stop, diverged, evaluate, checkpoint) is OR-ed over ranks
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 import os
 import platform
-import random
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -29,13 +27,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn as nn
 
-from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime import (
-    compiling,
+    assembly,
     devices,
     distributed,
     host_memory,
@@ -45,15 +41,14 @@ from trnfrontier.runtime import (
     runlock,
     speed_env,
 )
+from trnfrontier.runtime import checkpoint as ckpt
 from trnfrontier.runtime.atomic import DiskFullError, atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.clock import BudgetClock, process_start_time
 from trnfrontier.runtime.faults import fault_line
 from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
-from trnfrontier.runtime.model import GPT, GPTConfig
-from trnfrontier.runtime.optim import apply_schedule, batch_lr_scale, build_optimizers
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
-from trnfrontier.runtime.recipe import EvalSpec, KernelsSpec, RecipeError, ResolvedRecipe
+from trnfrontier.runtime.recipe import EvalSpec, RecipeError, ResolvedRecipe
 from trnfrontier.runtime.rundir import (
     COMPLETED,
     DIVERGED,
@@ -66,26 +61,14 @@ from trnfrontier.runtime.rundir import (
     RunStatus,
     write_crash_summary,
 )
-from trnfrontier.runtime.schedule import (
-    lr_multiplier,
-    muon_momentum,
-    progress_from_steps,
-    step_warmup,
-)
-from trnfrontier.runtime.sharded_optim import ShardedUpdate, resolve_sharded
-from trnfrontier.runtime.step import StepResult, TrainStep, step_module
+from trnfrontier.runtime.schedule import progress_from_steps
+from trnfrontier.runtime.step import StepResult
 
 KEEP_CHECKPOINTS = 2
 
 
 class TrainingError(RuntimeError):
     """A run that cannot start (bad recipe for this environment, nothing to resume)."""
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
 
 
 def versions() -> dict[str, str | None]:
@@ -97,20 +80,6 @@ def versions() -> dict[str, str | None]:
     except Exception:  # noqa: BLE001 - a vendored runtime has no distribution metadata
         trnf = getattr(sys.modules.get("trnfrontier"), "__version__", None)
     return {"python": platform.python_version(), "torch": torch.__version__, "trnf": trnf}
-
-
-def choose_kernels(kernels: KernelsSpec, device: torch.device) -> dict[str, str]:
-    """``use_kernels`` for a recipe that turns a kernel on; plain PyTorch otherwise.
-
-    The kernel dispatch package is imported only when a kernel is wanted, so a run (and a
-    single-file train.py, which inlines only what it imports) without kernels never needs it.
-    """
-    choices = dataclasses.asdict(kernels)
-    if all(choice == "off" for choice in choices.values()):
-        return {name: "reference" for name in choices}
-    from trnfrontier.runtime.kernels import use_kernels
-
-    return use_kernels(choices, device)
 
 
 @dataclass
@@ -133,8 +102,8 @@ class _Loop:
 
 
 class Trainer:
-    """One run, in four parts: setup (``__init__``: seed, tokenizer, kernels, model,
-    optimizers, resume), ``train_step`` (one optimizer step, ``step.TrainStep``),
+    """One run, in four parts: setup (``__init__``: tokenizer, then ``assembly``'s model,
+    optimizers and step, with a resume loaded in between), ``train_step`` (one optimizer step, ``step.TrainStep``),
     ``periodic`` (logging, evaluation, checkpoints, the stop decision) and ``finish``
     (final checkpoint, trusted evaluation, summary.json). ``run`` strings them together."""
 
@@ -160,31 +129,20 @@ class Trainer:
         self.device = spec.device
         self.main = info.is_main
         r = recipe
-        self.batch_size = r.data.batch_size
-        self.seq_len = r.model.sequence_len
-        try:
-            self.accum = r.grad_accum_steps(info.world_size)
-        except RecipeError as exc:
-            raise TrainingError(str(exc)) from None
-        self.tokens_per_step = self.batch_size * self.seq_len * info.world_size * self.accum
-
-        seed_everything(r.runtime.seed)
         self.tokenizer = prepare.ensure_tokenizer()
         vocab = self.tokenizer.get_vocab_size()
         if vocab != r.model.vocab_size:
             raise TrainingError(
                 f"model.vocab_size={r.model.vocab_size} but the tokenizer has {vocab} tokens"
             )
-        # Kernels are chosen before the model is built, so every op the model calls is the
-        # recipe's choice; KernelUnavailableError (a kernel set to "on" that cannot run) stops here.
-        self.kernels = choose_kernels(r.kernels, self.device)
-        # Initialised on the CPU from the seed, then moved: the same weights on every device.
-        self.model = GPT(GPTConfig.from_recipe(r.model)).to(self.device)
-        # LRs follow the batch (optim.lr_batch_scaling): the tokens of one optimizer step.
-        self.optimizers = build_optimizers(self.model, r.optim, self.tokens_per_step)
-        self.matrix_lr = r.optim.matrix_lr * batch_lr_scale(self.tokens_per_step, r.optim)
+        try:
+            parts = assembly.build_parts(r, spec, info)
+        except RecipeError as exc:
+            raise TrainingError(str(exc)) from None
+        self.parts, self.geometry, self.kernels = parts, parts.geometry, parts.kernels
+        self.model, self.optimizers, self.matrix_lr = parts.model, parts.optimizers, parts.matrix_lr
         self.params = self.model.num_params()
-        self.flops_per_token = self.model.flops_per_token(self.seq_len)
+        self.flops_per_token = self.model.flops_per_token(self.geometry.seq_len)
         self.prepare_sha256 = sha256_file(str(prepare.__file__))
         self.tokenizer_sha256 = getattr(self.tokenizer, "sha256", None)
 
@@ -197,41 +155,19 @@ class Trainer:
         if resume:
             self._restore()
 
-        # runtime.compile (auto: on for CPU and CUDA): the loss module and the optimizer
-        # updates; the compile time lands in the first (uncharged) startup steps.
-        self.compiled = compiling.compile_enabled(r.runtime.compile, self.device.type)
+        built = assembly.build_step(parts)
+        self.stepper, self.compiled, self.sharded = built.stepper, built.compiled, built.sharded
         # CPU: started so that the step's large tensors reuse heap blocks (host_memory).
         self.host_memory_kept = self.device.type == "cpu" and host_memory.kept()
-        # What changes speed besides the recipe, read before anything compiles (a cold
-        # cache is part of the record): summary.json's speed_env.
+        # What changes speed besides the recipe, read before anything compiles (torch.compile
+        # compiles at the first step; a cold cache is part of the record): summary.json's speed_env.
         self.speed_env = speed_env.capture(
             world_size=info.world_size,
             device=self.device.type,
             lnc=r.runtime.lnc if self.device.type == "neuron" else None,
             compile_cache=os.environ.get("TORCHINDUCTOR_CACHE_DIR") if self.compiled else None,
         )
-        if self.compiled:
-            compiling.compile_optimizers(self.optimizers, self.device.type)
         self.first_step_seconds: float | None = None
-        # optim.sharded: each rank updates its share and keeps only that share's state
-        # (built after a resume: it cuts the loaded state down to this rank's share).
-        self.sharded = (
-            ShardedUpdate(self.optimizers)
-            if resolve_sharded(r.optim.sharded, info.world_size, r.optim.grad_clip)
-            else None
-        )
-        module, ddp = step_module(self.model, self.device, info, self.compiled, sharded=self.sharded is not None)
-        self.stepper = TrainStep(
-            self.model,
-            self.optimizers,
-            module,
-            ddp,
-            self.device,
-            self.spec.dtype,
-            self.accum,
-            r.optim.grad_clip,
-            sharded=self.sharded,
-        )
         self.metrics = MetricsWriter(out_dir / METRICS_FILE, enabled=self.main)
 
     # -------------------------------------------------------------- resume
@@ -349,13 +285,13 @@ class Trainer:
         shardings: list[dict[str, int]] = [{}]
         if "rank" in params and "world_size" in params:
             world = self.info.world_size
-            if saved is not None and len(saved) != self.accum:
+            if saved is not None and len(saved) != self.geometry.accum:
                 raise TrainingError(
-                    f"the checkpoint has {len(saved)} data streams for {self.accum} micro-steps; resume with the same recipe"
+                    f"the checkpoint has {len(saved)} data streams for {self.geometry.accum} micro-steps; resume with the same recipe"
                 )
             shardings = [
-                {"rank": self.info.rank + world * m, "world_size": world * self.accum}
-                for m in range(self.accum)
+                {"rank": self.info.rank + world * m, "world_size": world * self.geometry.accum}
+                for m in range(self.geometry.accum)
             ]
         # Positional as the kit calls it; resume_state / rank / world_size only when this
         # prepare.py's signature takes them (the organisers' takes none of them).
@@ -363,8 +299,8 @@ class Trainer:
             prepare_calls.make_dataloader(
                 self.prepare,
                 self.tokenizer,
-                self.batch_size,
-                self.seq_len,
+                self.geometry.batch_size,
+                self.geometry.seq_len,
                 "train",
                 self.device,
                 resume_state=saved[i] if saved else None,
@@ -394,19 +330,6 @@ class Trainer:
     def _stop_reason(self, clock: BudgetClock) -> str:
         """Why this rank would stop after the current step ("" to go on)."""
         return self._step_limit_reached() or ("budget" if clock.should_stop() else "")
-
-    def _apply_schedule(self, clock: BudgetClock) -> float:
-        """Set this step's LRs and Muon momentum; return the LR multiplier (for the log)."""
-        sched, o = self.recipe.schedule, self.recipe.optim
-        lrm = min(
-            lr_multiplier(self._progress(clock), sched.warmup_frac, sched.warmdown_frac, sched.final_lr_frac),
-            step_warmup(self.step, sched.warmup_steps),
-        )
-        mom = muon_momentum(
-            self.step, o.muon_momentum_warmup_start, o.muon_momentum, o.muon_momentum_warmup_steps
-        )
-        apply_schedule(self.optimizers, lrm, mom)
-        return lrm
 
     def _mfu(self, tokens_per_second: float | None) -> float | None:
         """Model FLOPs utilisation of all ranks together (None when the peak is unknown)."""
@@ -462,7 +385,7 @@ class Trainer:
         clock, loaders = loop.clock, loop.loaders
         max_loss = float(self.recipe.run.max_loss)
         clock.step_started()
-        loop.lrm = self._apply_schedule(clock)
+        loop.lrm = self.parts.schedule(self.step, self._progress(clock))
 
         def accept(loss: float) -> bool:
             (bad,) = distributed.any_true([not math.isfinite(loss) or loss > max_loss], self.device)
@@ -474,7 +397,7 @@ class Trainer:
             return None
         devices.synchronize(self.device)
         self.step += 1
-        self.tokens += self.tokens_per_step
+        self.tokens += self.geometry.tokens
         self.data_state = result.data_state
         clock.boundary(self.step)
         loop.step_end = self.time_fn()
@@ -555,7 +478,7 @@ class Trainer:
         clock = loop.clock
         loop.last_loss = distributed.mean(local_loss, self.device)
         step_seconds = clock.last_step_seconds
-        tps = self.tokens_per_step / step_seconds if step_seconds > 0 else None
+        tps = self.geometry.tokens / step_seconds if step_seconds > 0 else None
         record: dict[str, Any] = {
             "step": self.step,
             "loss": loop.last_loss,
@@ -746,8 +669,6 @@ def train(
         os.environ.setdefault("NEURON_LOGICAL_NC_CONFIG", str(runtime.lnc))
     prepare = load_prepare()
     spec = devices.resolve(runtime, info.local_rank)
-    if compiling.compile_enabled(runtime.compile, spec.device.type):
-        compiling.use_cache_under_home()
     lock = None
     if info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
