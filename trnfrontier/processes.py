@@ -12,7 +12,14 @@ seen (walking ``/proc`` by parent pid while torchrun is alive, each with its sta
 that a recycled pid is never mistaken for one of ours) and, at the end, kills the process
 group of each one that is still alive, then the process itself.
 
-Linux only (``/proc``); elsewhere only the launched process's own group is reached.
+``start(die_with_parent=True)`` also ties the child to trnf's life: between fork and exec
+it asks the kernel (``prctl(PR_SET_PDEATHSIG)``) to signal it when its parent dies, even
+by ``kill -9``, since a child in a session of its own is out of reach of trnf's process
+group. The signal follows the *thread* that started the child: launch from the main
+thread. The trainer's own half of this is ``trnfrontier.train.lifeline``.
+
+Linux only (``/proc``, ``prctl``); elsewhere only the launched process's own group is
+reached, and nothing dies with its parent.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -173,6 +181,42 @@ def sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _libc() -> Any:
+    """The C library through ctypes (imported here: only launches that bind a child need it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL, libc: Any = None) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent exits."""
+    libc = libc or _libc()
+    if libc is None:
+        return False
+    return int(libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+
+
+def parent_death_preexec(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``Popen(preexec_fn=...)`` that sets the parent-death signal in the child and
+    exits at once if the parent already died between fork and this call."""
+    parent = os.getpid()
+    libc = _libc()  # loaded before the fork: no dlopen in the child
+
+    def child() -> None:
+        if libc is not None and set_parent_death_signal(sig, libc) and os.getppid() != parent:
+            os._exit(1)
+
+    return child
+
+
 def start(
     cmd: Sequence[str],
     *,
@@ -186,13 +230,8 @@ def start(
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` in a new session (its own process group), so that ``stop_tree`` can
     reach it and what it starts without ever signalling trnf itself. ``die_with_parent``:
-    the kernel sends it SIGTERM when trnf dies, even by SIGKILL (``lifeline``; main thread
-    only). SIGTERM, not SIGKILL: torchrun then stops its workers before it exits."""
-    preexec = None
-    if die_with_parent:
-        from trnfrontier.lifeline import preexec as lifeline_preexec
-
-        preexec = lifeline_preexec(signal.SIGTERM)
+    the kernel sends it SIGTERM when trnf dies, even by SIGKILL (main thread only). SIGTERM, not SIGKILL: torchrun then stops its workers before it exits."""
+    preexec = parent_death_preexec(signal.SIGTERM) if die_with_parent else None
     return subprocess.Popen(
         list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
         stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True, preexec_fn=preexec,

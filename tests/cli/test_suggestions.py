@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_run import run_cli
-from trnfrontier.suggest import did_you_mean
+from trnfrontier.recipes.loading import did_you_mean
 
 
 def test_did_you_mean() -> None:

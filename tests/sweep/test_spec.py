@@ -12,8 +12,8 @@ import yaml
 
 from tests.cli_run import run_cli
 from trnfrontier.errors import TrnfError
-from trnfrontier.sweep.space import override, params_of, scalar, train_words
-from trnfrontier.sweep.spec import SweepSpec, read_spec
+from trnfrontier.sweep.space import params_of, train_words
+from trnfrontier.sweep.spec import SweepSpec, override, read_spec, scalar
 from trnfrontier.sweep.trial import Reporter, error_line, mean_loss, metric_value, progress
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,6 +36,7 @@ from trnfrontier.packaging.inference_py import inference_py_source
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
 from trnfrontier.packaging.writeup import (
     curve_caption,
+    existing_team_text,
     loss_curve_png,
     read_loss_points,
     recipe_differences,
@@ -359,8 +360,6 @@ def package_run(
     run: RunDir = run_dir if isinstance(run_dir, RunDir) else read_run(run_dir)
     team_text = read_team_text(writeup)
     if team_text is None:  # the write-up trnf train left in the run directory, as the team edited it
-        from trnfrontier.packaging.run_report import existing_team_text
-
         team_text = existing_team_text(run.path)
     recipe, summary = run.recipe, run.summary
     phase = phase_of(recipe)

@@ -35,6 +35,7 @@ from trnfrontier.packaging.build import (
     write_archive,
 )
 from trnfrontier.packaging.finished_run import checkpoint_params, read_json, refusal_reasons
+from trnfrontier.packaging.writeup import existing_team_text
 from trnfrontier.runtime.integrity import DamagedFileError, check_recorded_sha256, check_weights
 from trnfrontier.runtime.prepare_calls import constant
 from trnfrontier.runtime.rundir import (
@@ -321,8 +322,6 @@ def package_kit(
     launch = check_launch(launch)
     team_text = read_team_text(writeup)
     if team_text is None and run_dir is not None:  # the write-up the kit run left, as the team edited it
-        from trnfrontier.packaging.run_report import existing_team_text
-
         team_text = existing_team_text(run_dir)
     members: dict[str, Path | bytes] = {
         fmt.TRAIN_PY: train_py,

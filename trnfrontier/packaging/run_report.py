@@ -14,17 +14,9 @@ from trnfrontier.contract.kit import LAUNCH_FILE
 from trnfrontier.errors import TrnfError
 from trnfrontier.packaging.build import add_writeup, launch_for, summary_facts
 from trnfrontier.packaging.trainpy import uses_kernels
-from trnfrontier.packaging.writeup import team_part
+from trnfrontier.packaging.writeup import existing_team_text
 from trnfrontier.runtime.atomic import atomic_write_bytes
 from trnfrontier.runtime.rundir import METRICS_FILE, RECIPE_FILE, read_summary
-
-
-def existing_team_text(run_dir: Path) -> str | None:
-    """The team's part of the run directory's WRITEUP.md (None when there is none)."""
-    try:
-        return team_part((run_dir / fmt.WRITEUP).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def write_run_report(run_dir: Path) -> list[Path]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier.runtime.rundir import read_jsonl
+from trnfrontier.submission import WRITEUP
 
 # Where generated facts go inside a team's --writeup file; without it they go after the text.
 FACTS_MARKER = "<!-- trnf:facts -->"
@@ -109,6 +110,14 @@ def team_part(text: str) -> str:
     the facts marker (the generated facts below it are regenerated), else all of it."""
     head, marker, _ = text.partition(FACTS_MARKER)
     return head + marker if marker else text
+
+
+def existing_team_text(run_dir: Path) -> str | None:
+    """The team's part of the run directory's WRITEUP.md (None when there is none)."""
+    try:
+        return team_part((run_dir / WRITEUP).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def render_writeup(

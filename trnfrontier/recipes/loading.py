@@ -1,5 +1,7 @@
 """Load a recipe from YAML, apply ``key.path=value`` overrides, validate, and explain errors.
 
+A misspelt name or key gets the nearest known ones (``did_you_mean``).
+
 Overrides are parsed as YAML scalars (``0.03`` is a float, ``true`` a bool, ``[0.9, 0.95]``
 a list) and validated exactly like the file, so a typo in a key path or a wrong type is
 reported with the path, before any compute is spent.
@@ -7,6 +9,8 @@ reported with the path, before any compute is spent.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,15 @@ from pydantic import BaseModel, ValidationError
 
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.recipes.schema import Recipe
-from trnfrontier.suggest import did_you_mean
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` / `` (did you mean 'x' or 'y'?)`` for the close matches of
+    ``word`` among ``known``, else an empty string (ready to append to a message)."""
+    matches = difflib.get_close_matches(word, sorted(set(known)), n=2, cutoff=0.6)
+    if not matches:
+        return ""
+    return " (did you mean " + " or ".join(repr(m) for m in matches) + "?)"
 
 
 def parse_overrides(items: list[str]) -> list[tuple[list[str], Any]]:

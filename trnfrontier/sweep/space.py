@@ -8,24 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from trnfrontier.sweep.spec import SweepSpec
+from trnfrontier.sweep.spec import SweepSpec, override, scalar
 
 SEED_KEY = "runtime.seed"
-
-
-def scalar(value: Any) -> str:
-    """``value`` as YAML reads it back to the same thing (``1e-05`` would be a string to
-    YAML 1.1; ``1.0e-05`` is a float)."""
-    if isinstance(value, str):
-        return value if yaml.safe_load(value) == value else yaml.safe_dump(value).strip().removesuffix("...").strip()
-    text = yaml.safe_dump(value, default_flow_style=True).strip()
-    return text.removesuffix("...").strip()
-
-
-def override(key: str, value: Any) -> str:
-    return f"{key}={scalar(value)}"
 
 
 def plain(value: Any) -> Any:

@@ -199,6 +199,20 @@ def read_spec(path: Path) -> SweepSpec:
     return spec
 
 
+# A value as a `trnf train` override word (the trial's, and the probes checked here).
+def scalar(value: Any) -> str:
+    """``value`` as YAML reads it back to the same thing (``1e-05`` would be a string to
+    YAML 1.1; ``1.0e-05`` is a float)."""
+    if isinstance(value, str):
+        return value if yaml.safe_load(value) == value else yaml.safe_dump(value).strip().removesuffix("...").strip()
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    return text.removesuffix("...").strip()
+
+
+def override(key: str, value: Any) -> str:
+    return f"{key}={scalar(value)}"
+
+
 def check_against_recipe(spec: SweepSpec, source: Path) -> None:
     """Every override and every value a dimension can take, applied to the recipe: a typo
     in a key or a value out of its bounds is found now, named by the space key."""
@@ -207,7 +221,6 @@ def check_against_recipe(spec: SweepSpec, source: Path) -> None:
             raise TrnfError(f"{source}: train_py: {spec.train_py} not found", exit_code=2)
         return
     from trnfrontier.recipes.loading import load_recipe
-    from trnfrontier.sweep.space import override
 
     load_recipe(spec.recipe, spec.overrides)  # the base itself (its own one-line errors)
     for key, dim in spec.space.items():

@@ -19,7 +19,6 @@ from typing import Any
 
 from trnfrontier.child_env import data_env, diagnostics_env
 from trnfrontier.errors import TrnfError, UsageError
-from trnfrontier.lifeline import supervisor_env
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime import host_memory, runlock
@@ -40,6 +39,7 @@ from trnfrontier.runtime.rundir import (
     read_summary,
 )
 from trnfrontier.train.interrupted import checkpoint_meta, restartable
+from trnfrontier.train.lifeline import supervisor_env
 from trnfrontier.trusted_prepare import load_contract, selected_prepare_path
 
 RUNS_DIR = Path("runs")

@@ -16,7 +16,7 @@ _FIRST_PARENT = os.getppid()
 
 
 def main() -> int:
-    from trnfrontier.lifeline import die_with_parent
+    from trnfrontier.train.lifeline import die_with_parent
 
     die_with_parent(_FIRST_PARENT)
     from trnfrontier.runtime.entry import main as entry_main
