@@ -1,4 +1,5 @@
-"""trnfrontier.stats against closed forms, printed tables and planted differences."""
+"""trnfrontier.stats: its verdicts by hand, on planted differences, and at the power it promises
+(the t distribution itself is scipy's)."""
 
 from __future__ import annotations
 
@@ -7,41 +8,20 @@ import random
 import statistics
 
 import pytest
+from scipy.stats import t as student_t
 
 from trnfrontier import stats
 
 
-@pytest.mark.parametrize("t", [-30.0, -2.5, -0.3, 0.0, 0.7, 1.9, 12.0])
-def test_t_cdf_matches_closed_forms(t: float) -> None:
-    # df = 1 is the Cauchy distribution; df = 2 has an algebraic CDF.
-    assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
-    assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+@pytest.mark.parametrize(("df", "q975"), [(1, 12.7062), (5, 2.5706), (30, 2.0423)])
+def test_t_critical_is_the_two_sided_value_of_printed_tables(df: int, q975: float) -> None:
+    assert stats.t_critical(0.95, df) == pytest.approx(q975, abs=5e-4)
 
 
-@pytest.mark.parametrize(
-    ("df", "q975"),
-    [(1, 12.7062), (2, 4.3027), (3, 3.1824), (5, 2.5706), (10, 2.2281), (30, 2.0423), (120, 1.9799)],
-)
-def test_t_quantile_matches_printed_tables(df: int, q975: float) -> None:
-    assert stats.t_quantile(0.975, df) == pytest.approx(q975, abs=5e-4)
-    assert stats.t_quantile(0.025, df) == pytest.approx(-q975, abs=5e-4)
-    assert stats.t_cdf(stats.t_quantile(0.9, df + 0.5), df + 0.5) == pytest.approx(0.9, abs=1e-10)
-
-
-def test_t_approaches_the_normal_for_many_degrees_of_freedom() -> None:
-    normal = statistics.NormalDist()
-    for x in (-2.0, 0.5, 1.96):
-        assert stats.t_cdf(x, 1e6) == pytest.approx(normal.cdf(x), abs=1e-6)
-
-
-def test_regularized_beta_symmetry_and_edges() -> None:
-    for a, b, x in ((2.0, 3.0, 0.3), (0.5, 7.5, 0.9), (40.0, 0.5, 0.95)):
-        assert stats.regularized_beta(a, b, x) == pytest.approx(1 - stats.regularized_beta(b, a, 1 - x), abs=1e-12)
-    # I_x(1, 1) = x; I_x(a, 1) = x^a.
-    assert stats.regularized_beta(1.0, 1.0, 0.37) == pytest.approx(0.37)
-    assert stats.regularized_beta(3.0, 1.0, 0.5) == pytest.approx(0.125)
-    with pytest.raises(ValueError):
-        stats.regularized_beta(1.0, 1.0, 1.5)
+def test_identical_values_make_the_difference_exact() -> None:
+    assert stats.welch([1.0, 1.0], [2.0, 2.0, 2.0]) == stats.Difference(1.0, 1.0, 1.0, 0.0, 3.0, "welch", 0.95)
+    same = stats.paired([1.0, 2.0, 3.0], [1.5, 2.5, 3.5])
+    assert (same.low, same.high, same.p_value, same.method) == (0.5, 0.5, 0.0, "paired")
 
 
 def test_welch_by_hand() -> None:
@@ -52,8 +32,8 @@ def test_welch_by_hand() -> None:
     t = 3.0 / math.sqrt(va + vb)
     assert d.difference == pytest.approx(3.0)
     assert d.df == pytest.approx(df)
-    assert d.p_value == pytest.approx(2 * (1 - stats.t_cdf(t, df)))
-    assert d.half_width == pytest.approx(stats.t_quantile(0.975, df) * math.sqrt(va + vb))
+    assert d.p_value == pytest.approx(2 * student_t.sf(t, df))
+    assert d.half_width == pytest.approx(student_t.ppf(0.975, df) * math.sqrt(va + vb))
     assert d.method == "welch"
 
 
@@ -102,9 +82,6 @@ def test_ratio_intervals() -> None:
     r = stats.ratio_interval(a, b)
     assert r.low is not None and r.high is not None and r.low < r.ratio < r.high
     assert 1.15 < r.low and r.high < 1.25 and r.p_value is not None and r.p_value < 1e-6
-    boot = stats.bootstrap_ratio_interval(a, b, seed=1)
-    assert boot == stats.bootstrap_ratio_interval(a, b, seed=1)  # deterministic
-    assert boot.low is not None and boot.high is not None and boot.low < 1.2 < boot.high
     with pytest.raises(ValueError):
         stats.ratio_interval([1.0, -1.0], [1.0, 2.0])
 
@@ -134,7 +111,7 @@ def test_paired_removes_what_the_pair_shares() -> None:
     assert by_pair.method == "paired" and by_pair.df == 4
     diffs = [y - x for x, y in zip(a, b, strict=True)]
     assert by_pair.difference == pytest.approx(statistics.fmean(diffs))
-    assert by_pair.half_width == pytest.approx(stats.t_quantile(0.975, 4) * statistics.stdev(diffs) / math.sqrt(5))
+    assert by_pair.half_width == pytest.approx(student_t.ppf(0.975, 4) * statistics.stdev(diffs) / math.sqrt(5))
     with pytest.raises(ValueError):
         stats.paired([1.0], [2.0])
     # One-sample planning needs about half the runs of two-sample planning at the same spread.

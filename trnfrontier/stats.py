@@ -1,29 +1,25 @@
 """Small-sample statistics for deciding whether one configuration beats another.
 
-Pure Python (stdlib ``math`` and ``statistics``): the tool must not need scipy for a
-t-test. The Student t distribution comes from the regularized incomplete beta function
-(continued fraction, Lentz's method); its quantile by bisection on the CDF, which is
-monotone, so no starting guess can make it diverge.
+The distributions and tests are scipy.stats' (Student's t: ``ttest_ind`` with unequal
+variances, ``ttest_rel``, the t quantiles). What is the project's own is what to do with
+the samples trnf has: one value on a side (the other side's spread stands for both), no
+spread at all (nothing can be said), identical values (the difference is exact), ratios
+on the log scale, and how many runs per side would resolve a difference.
 
 Everything here is about *samples of scores* (one per seed, or one per timing round):
-``describe`` summarises one sample, ``welch`` compares two means, ``ratio_interval`` two
-positive quantities (tokens/s, step times) on the log scale, ``seeds_to_resolve`` says how
-many runs per side would make a difference of a given size significant.
+``describe`` summarises one sample, ``welch`` and ``paired`` compare two means,
+``ratio_interval`` two positive quantities (tokens/s, step times) on the log scale,
+``seeds_to_resolve`` says how many runs per side would make a difference of a given size
+significant. scipy is imported when a comparison is made, not when trnf starts.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-# Continued fractions converge in tens of terms for the arguments a t-test produces;
-# 300 leaves a wide margin before giving up.
-_MAX_TERMS = 300
-_EPS = 3e-16
-_TINY = 1e-300
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -55,74 +51,15 @@ def describe(values: Sequence[float]) -> Summary:
 # ------------------------------------------------------------------ the t distribution
 
 
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of I_x(a, b) (modified Lentz), valid for x < (a+1)/(a+b+2)."""
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > _TINY else _TINY)
-    h = d
-    for m in range(1, _MAX_TERMS + 1):
-        m2 = 2 * m
-        for numerator in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > _TINY else _TINY)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > _TINY else _TINY
-            step = d * c
-            h *= step
-        if abs(step - 1.0) < _EPS:
-            return h
-    raise ArithmeticError(f"incomplete beta did not converge for a={a}, b={b}, x={x}")
+def _scipy_stats() -> Any:
+    from scipy import stats as scipy_stats
+
+    return scipy_stats
 
 
-def regularized_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function, for a, b > 0 and 0 <= x <= 1."""
-    if not (a > 0 and b > 0):
-        raise ValueError("regularized_beta needs a > 0 and b > 0")
-    if not 0.0 <= x <= 1.0:
-        raise ValueError("regularized_beta needs 0 <= x <= 1")
-    if x in (0.0, 1.0):
-        return x
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(log_front)
-    # The fraction converges fast on one side of the mean; use the symmetry on the other.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` (> 0, not necessarily whole) degrees of freedom."""
-    if df <= 0:
-        raise ValueError("degrees of freedom must be positive")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    tail = 0.5 * regularized_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The t with P(T <= t) = p (bisection: the CDF is monotone, so this cannot diverge)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError("a quantile needs 0 < p < 1")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < p:
-        low, high = high, high * 2.0
-    for _ in range(200):
-        mid = 0.5 * (low + high)
-        if t_cdf(mid, df) < p:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-12 * max(1.0, high):
-            break
-    return 0.5 * (low + high)
+def t_critical(confidence: float, df: float) -> float:
+    """The two-sided critical value of Student's t: t with P(|T| <= t) = ``confidence``."""
+    return float(_scipy_stats().t.ppf(0.5 + confidence / 2.0, df))
 
 
 # ------------------------------------------------------------------ comparing two means
@@ -161,14 +98,11 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> D
         known = sb if sa.sd is None else sa
         assert known.sd is not None
         se = known.sd * math.sqrt(1.0 / sa.n + 1.0 / sb.n)
-        df: float = known.n - 1
-        method = "pooled-from-one-side"
-    else:
-        va, vb = sa.sd**2 / sa.n, sb.sd**2 / sb.n
-        se = math.sqrt(va + vb)
-        df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1)) if va + vb > 0 else sa.n + sb.n - 2.0
-        method = "welch"
-    return _interval(diff, se, df, method, confidence)
+        return _interval(diff, se, known.n - 1.0, "pooled-from-one-side", confidence)
+    if sa.sd == 0.0 and sb.sd == 0.0:
+        return _exact(diff, sa.n + sb.n - 2.0, "welch", confidence)
+    result = _scipy_stats().ttest_ind(list(b), list(a), equal_var=False)
+    return _tested(diff, result, "welch", confidence)
 
 
 def paired(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Difference:
@@ -178,18 +112,30 @@ def paired(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> 
     if len(a) != len(b) or len(a) < 2:
         raise ValueError("a paired comparison needs two or more pairs")
     d = describe([y - x for x, y in zip(a, b, strict=True)])
-    assert d.sd is not None
-    return _interval(d.mean, d.sd / math.sqrt(d.n), d.n - 1.0, "paired", confidence)
+    if d.sd == 0.0:
+        return _exact(d.mean, d.n - 1.0, "paired", confidence)
+    result = _scipy_stats().ttest_rel(list(b), list(a))
+    return _tested(d.mean, result, "paired", confidence)
+
+
+def _exact(diff: float, df: float, method: str, confidence: float) -> Difference:
+    """No spread within either side (or within the pairs): the difference is exact, p 0 or 1."""
+    p = 1.0 if diff == 0.0 else 0.0
+    return Difference(diff, diff, diff, p, df, method, confidence)
+
+
+def _tested(diff: float, result: Any, method: str, confidence: float) -> Difference:
+    """A Difference from scipy's t-test result (its p-value, degrees of freedom and interval)."""
+    interval = result.confidence_interval(confidence_level=confidence)
+    return Difference(diff, float(interval.low), float(interval.high), float(result.pvalue), float(result.df), method, confidence)
 
 
 def _interval(diff: float, se: float, df: float, method: str, confidence: float) -> Difference:
+    """The t-test and interval of ``diff`` with standard error ``se`` on ``df`` degrees of freedom."""
     if se == 0.0:
-        # Identical values within each side: the difference is exact (p 0 or 1).
-        p = 1.0 if diff == 0.0 else 0.0
-        return Difference(diff, diff, diff, p, df, method, confidence)
-    t = diff / se
-    p = 2.0 * (1.0 - t_cdf(abs(t), df))
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
+        return _exact(diff, df, method, confidence)
+    p = 2.0 * float(_scipy_stats().t.sf(abs(diff / se), df))
+    half = t_critical(confidence, df) * se
     return Difference(diff, diff - half, diff + half, max(0.0, min(1.0, p)), df, method, confidence)
 
 
@@ -198,7 +144,7 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
     s = describe(values)
     if s.sem is None:
         return s.mean, None
-    return s.mean, t_quantile(0.5 + confidence / 2.0, s.n - 1) * s.sem
+    return s.mean, t_critical(confidence, s.n - 1) * s.sem
 
 
 # ------------------------------------------------------------------ ratios
@@ -226,30 +172,6 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0
     return Ratio(math.exp(d.difference), low, high, d.p_value, f"log-{d.method}")
 
 
-def bootstrap_ratio_interval(
-    a: Sequence[float],
-    b: Sequence[float],
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> Ratio:
-    """Percentile bootstrap of mean(b)/mean(a): no distributional assumption, deterministic
-    for a given seed. Needs at least two values per side."""
-    if len(a) < 2 or len(b) < 2:
-        raise ValueError("a bootstrap interval needs at least two values per side")
-    if any(v <= 0 for v in (*a, *b)):
-        raise ValueError("a ratio interval needs positive values")
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.fmean(rng.choices(b, k=len(b))) / statistics.fmean(rng.choices(a, k=len(a)))
-        for _ in range(resamples)
-    )
-    tail = (1.0 - confidence) / 2.0
-    low = ratios[int(math.floor(tail * (resamples - 1)))]
-    high = ratios[int(math.ceil((1.0 - tail) * (resamples - 1)))]
-    return Ratio(statistics.fmean(b) / statistics.fmean(a), low, high, None, "bootstrap")
-
-
 # ------------------------------------------------------------------ planning more runs
 
 
@@ -274,10 +196,11 @@ def seeds_to_resolve(
     if sd < 0:
         raise ValueError("a spread cannot be negative")
     k = 1.0 if paired else 2.0
+    t = _scipy_stats().t
 
     def enough(n: int) -> bool:
         df = n - 1 if paired else 2 * n - 2
-        factor = t_quantile(0.5 + confidence / 2.0, df) + t_quantile(power, df)
+        factor = float(t.ppf(0.5 + confidence / 2.0, df) + t.ppf(power, df))
         return n >= k * (sd * factor / delta) ** 2
 
     if enough(2):

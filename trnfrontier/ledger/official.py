@@ -35,14 +35,14 @@ class OffsetFit:
     def offset_half_width(self) -> float | None:
         if self.sd is None:
             return None
-        return stats.t_quantile(0.5 + self.confidence / 2, self.n - 1) * self.sd / math.sqrt(self.n)
+        return stats.t_critical(self.confidence, self.n - 1) * self.sd / math.sqrt(self.n)
 
     @property
     def prediction_half_width(self) -> float | None:
         """Half width of the interval for one new run's official score."""
         if self.sd is None:
             return None
-        return stats.t_quantile(0.5 + self.confidence / 2, self.n - 1) * self.sd * math.sqrt(1 + 1 / self.n)
+        return stats.t_critical(self.confidence, self.n - 1) * self.sd * math.sqrt(1 + 1 / self.n)
 
     def to_json(self) -> dict[str, Any]:
         return {
