@@ -44,7 +44,7 @@ def test_a_process_that_recorded_nothing_is_an_empty_segment(tmp_path: Path) -> 
     ([_header(0.0), {"step": 0, "time": float("inf")}], "line 2 has a non-finite time"),
     ([_header(float("nan")), {"step": 0, "time": 1.0}], "line 1 has a non-finite start time"),
     ([_header(0.0), "not json"], "line 2 is neither a header nor"),
-    ([_header(0.0), {"step": "x", "time": 1.0}], "line 2 is neither"),
+    ([_header(0.0), {"step": "x", "time": 1.0}], "line 2 has step 'x', not a step index"),
     ([_header(0.0), {"time": 1.0}], "line 2 is neither"),
     ([_header(0.0), [1, 2]], "line 2 is neither"),
     ([{"header": True}], "line 1 is neither"),
@@ -65,3 +65,67 @@ def test_bytes_that_are_not_utf8_are_refused(tmp_path: Path) -> None:
 def test_a_missing_log_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         read_step_log(tmp_path / "absent.jsonl")
+
+
+# ---------------------------------------------------------------------------- any log trnf can read
+
+
+def test_a_log_without_a_header_starts_at_the_launch_and_says_so(tmp_path: Path) -> None:
+    """The outside's kit: record_step_boundary writes plain {"step", "time"} lines."""
+    path = _log(tmp_path, {"step": 0, "time": 110.0}, {"step": 1, "time": 112.5})
+    log = read_step_log(path, launch=100.0, launch_source="trnf's launch")
+    assert log.segments == (Segment(100.0, ((0, 110.0), (1, 112.5))),)
+    assert log.start_source == "trnf's launch" and not log.lower_bound
+    assert log.describe() == "JSON lines (step, time); start time from trnf's launch"
+    with pytest.raises(StepLogError, match="line 1 comes before any header line, and nothing else says when"):
+        read_step_log(path)  # nothing says when it started
+
+
+@pytest.mark.parametrize("line,end", [
+    ({"step": 3, "timestamp": 130.0, "loss": 2.5}, 130.0),
+    ({"step": 3, "wall_time": 130.0}, 130.0),
+    ({"step": 3, "elapsed": 30.0}, 130.0),
+    ({"step": 3, "elapsed_seconds": 30}, 130.0),
+    ({"step": 3, "dt": 0.5}, 100.5),
+    ("step 00003 | loss 13.1355 | lr 0.02 | dt 0.93s | tok/s 283,017 | mfu 30.1%", 100.93),
+    ("step 3/100 | loss: 3.21 | dt: 930ms", 100.93),
+    ("[default0]:step 3 elapsed=30.5", 130.5),
+    ("step:3 train_loss:3.2100 time=130.25", 130.25),
+])
+def test_other_shapes_of_a_step_record(tmp_path: Path, line: object, end: float) -> None:
+    log = read_step_log(_log(tmp_path, line), launch=100.0)
+    assert log.last.boundaries == ((3, pytest.approx(end)),)
+    assert log.text == isinstance(line, str)
+
+
+def test_ends_summed_from_dt_are_a_lower_bound_and_say_so(tmp_path: Path) -> None:
+    lines = [f"step {i:05d} | loss 9.0 | dt 2.00s" for i in range(3)]
+    log = read_step_log(_log(tmp_path, *lines), launch=100.0, launch_source="trnf's launch")
+    assert log.last.boundaries == ((0, 102.0), (1, 104.0), (2, 106.0))
+    assert log.lower_bound and "a lower bound" in log.describe() and log.describe().startswith("printed step lines (step, dt)")
+
+
+# ---------------------------------------------------------------------------- strict (issue 26.6)
+
+
+@pytest.mark.parametrize("lines,match", [
+    # times that go backwards, within a process or against its start
+    ([_header(0.0), {"step": 0, "time": 10.0}, {"step": 1, "time": 9.0}], "line 3: step 1 ends at 9.000, before step 0's end"),
+    ([_header(50.0), {"step": 0, "time": 10.0}], "line 2: step 0 ends at 10.000, before its process's start"),
+    # a resumed run's segment that starts before the previous one ended (a negative gap)
+    ([_header(0.0), {"step": 0, "time": 10.0}, _header(5.0), {"step": 1, "time": 20.0}], "line 3: a process starts at 5.000, before"),
+    ([_header(0.0), {"step": 0, "time": 1.0}, {"step": 0, "time": 2.0}], "line 3: step index 0 after 0"),
+    ([_header(0.0), {"step": -1, "time": 1.0}], "line 2 has step -1"),
+    ([_header(0.0), {"step": True, "time": 1.0}], "line 2 has step True"),
+    ([_header(0.0), {"step": 0, "time": "12"}], "line 2 has time '12', not a number"),
+    ([_header(0.0), {"step": 0, "time": 10**400}], "line 2 has time 1000"),  # no OverflowError
+    ([_header(10**400), {"step": 0, "time": 1.0}], "line 1 has start time 1000"),
+    ([_header(0.0), {"step": 0, "dt": -3.0}], "line 2 has a negative dt"),
+    ([_header(0.0), {"step": 0, "time": -3.0}], "line 2 has a negative time"),
+    ([_header(0.0), {"step": 0, "loss": 3.0}], "line 2 records step 0 but not when it ended"),
+    ([_header(0.0), "step 4 | loss 3.0"], "line 2 records step 4 but not when it ended"),
+    ([_header(0.0), "--- done ---"], "line 2 is neither a header nor a step record"),
+])
+def test_a_log_that_cannot_be_true_is_refused_naming_the_line(tmp_path: Path, lines: list, match: str) -> None:
+    with pytest.raises(StepLogError, match=match.replace("(", r"\(").replace(")", r"\)")):
+        read_step_log(_log(tmp_path, *lines))

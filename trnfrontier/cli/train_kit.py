@@ -45,6 +45,13 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _budget_source(summary: dict[str, Any]) -> str:
+    """Which accounting charged the run and how its step log was read (or why there is none)."""
+    if summary.get("accounting") is None:
+        return "- (no usable step log)"
+    return f"{summary['accounting']}; step log: {summary.get('step_log') or '-'}"
+
+
 def _run_table(summary: dict[str, Any]) -> Table:
     table = Table(title=f"kit run {summary['name']}: {summary['status']}", show_header=False)
     rows = [
@@ -55,6 +62,7 @@ def _run_table(summary: dict[str, Any]) -> Table:
         ("startup (excluded up to the cap)", f"{_fmt(summary['startup_seconds'], '.1f')} s"),
         ("headroom", f"{_fmt(summary['headroom_seconds'], '.1f')} s"),
         ("over budget", str(summary["over_budget"])),
+        ("budget from", _budget_source(summary)),
         ("tokens/s", _fmt(summary["tokens_per_second"], ",.0f")),
         ("params", _fmt(summary["params"], ",")),
         ("val_bpb printed by train.py", _fmt(summary["reported_val_bpb"], ".4f") + " (untrusted)"),

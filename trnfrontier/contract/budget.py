@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
-from trnfrontier.contract.steplog import StepLog, StepLogError, read_step_log
+from trnfrontier.contract.steplog import HEADER, StepLog, StepLogError, read_step_log
 from trnfrontier.runtime import budget_rule
 from trnfrontier.runtime.budget_rule import (
     BUDGET_SECONDS,
@@ -24,28 +24,53 @@ from trnfrontier.runtime.budget_rule import (
     STARTUP_STEPS_EXCLUDED,
 )
 
+# What starts a log without a header line when trnf launched the run that wrote it.
+TRNF_LAUNCH = "trnf's launch of the run (the log has no header line)"
+
 
 def documented_accounting(
     path: Path,
     budget: float = BUDGET_SECONDS,
     excluded_steps: int = STARTUP_STEPS_EXCLUDED,
     cap: float = STARTUP_CAP_SECONDS,
+    *,
+    log: StepLog | None = None,
 ) -> dict[str, Any]:
-    """The documented formula over the log at ``path``, for a prepare.py without
-    budget_accounting (the same keys as prepare.budget_accounting returns)."""
-    run = read_step_log(path).last
+    """The documented formula over the last segment of the log at ``path`` (or of ``log``,
+    already read), for a prepare.py without budget_accounting (the same keys as
+    prepare.budget_accounting returns)."""
+    run = (log or read_step_log(path)).last
     return budget_rule.account(run.start, run.boundaries, budget=budget, steps_excluded=excluded_steps, cap=cap)
 
 
-def account(path: Path, prepare: ModuleType | None) -> tuple[dict[str, Any], str]:
-    """The accounting of ``path`` and which implementation produced it."""
-    if prepare is not None and callable(getattr(prepare, "budget_accounting", None)):
+def _theirs_reads(log: StepLog) -> bool:
+    """Whether a prepare.py's own budget_accounting can read this log: only the format such
+    a file writes (the project's: JSON {step, time} after a header)."""
+    return log.start_source == HEADER and log.when == ("time",) and not log.text
+
+
+def account(
+    path: Path, prepare: ModuleType | None, launch: float | None = None, launch_source: str = TRNF_LAUNCH
+) -> tuple[dict[str, Any], str]:
+    """The accounting of ``path`` and which implementation produced it. The log is read
+    (and its rules held: finite, time never backwards, ...) whoever computes the charge;
+    ``launch`` starts a log without a header. The accounting says how the log was read
+    (``step_log``) and where its start came from (``start_source``)."""
+    log = read_step_log(path, launch, launch_source)
+    read = {"step_log": log.describe(), "start_source": log.start_source, "start_time": log.last.start,
+            "lower_bound": log.lower_bound}
+    if prepare is not None and callable(getattr(prepare, "budget_accounting", None)) and _theirs_reads(log):
         try:
-            return dict(prepare.budget_accounting(str(path))), "prepare.budget_accounting"
+            return {**dict(prepare.budget_accounting(str(path))), **read}, "prepare.budget_accounting"
         except Exception as exc:  # the trusted file's own error types (PrepareError, ...): a bad log
             raise StepLogError(str(exc)) from None
     budget, excluded, cap = budget_rule.budget_of(prepare)
-    return documented_accounting(path, budget, excluded, cap), "the documented formula (prepare.py has no budget_accounting)"
+    how = (
+        "the documented formula (prepare.py has no budget_accounting)"
+        if not callable(getattr(prepare, "budget_accounting", None))
+        else "the documented formula (prepare.py's budget_accounting reads only its own log format)"
+    )
+    return {**documented_accounting(path, budget, excluded, cap, log=log), **read}, how
 
 
 def for_phase(accounting: dict[str, Any], phase: Phase) -> dict[str, Any]:
@@ -59,17 +84,49 @@ def for_phase(accounting: dict[str, Any], phase: Phase) -> dict[str, Any]:
 
 
 def account_log(
-    path: Path, prepare: ModuleType | None, phase: Phase = PHASES[DEFAULT_PHASE]
+    path: Path,
+    prepare: ModuleType | None,
+    phase: Phase = PHASES[DEFAULT_PHASE],
+    launch: float | None = None,
+    launch_source: str = TRNF_LAUNCH,
 ) -> tuple[dict[str, Any] | None, str]:
     """(accounting against ``phase``'s budget, which implementation) of the step log at
-    ``path``, or (None, why there is none)."""
+    ``path``, or (None, why there is none). A log trnf cannot read is said to be that (with
+    the line and the shapes it reads), not blamed on the script that wrote it."""
     if not path.is_file():
-        return None, "no step log: train.py never called prepare.record_step_boundary()"
+        return None, no_step_log(path)
     try:
-        accounting, how = account(path, prepare)
+        accounting, how = account(path, prepare, launch, launch_source)
     except (StepLogError, OSError, ValueError, KeyError, TypeError) as exc:
-        return None, f"step log unusable: {exc}"
+        return None, unread_step_log(path, exc)
     return for_phase(accounting, phase), how
+
+
+def recorded_start(summary: dict[str, Any] | None) -> tuple[float | None, str]:
+    """The start time a kit run recorded for a step log without a header line
+    (summary.json ``step_log_start``: trnf's launch of the run) and its source; (None, "")
+    when it recorded none or something that is not a finite time."""
+    entry = (summary or {}).get("step_log_start")
+    if not isinstance(entry, dict):
+        return None, ""
+    value, source = entry.get("time"), entry.get("source")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1e12:
+        return None, ""
+    return float(value), f"{str(source)[:120]} (as summary.json records it)" if isinstance(source, str) else "summary.json's step_log_start"
+
+
+def no_step_log(path: Path) -> str:
+    """Why there is no step log at ``path`` (it does not exist), in the words every reader uses."""
+    return (
+        f"no step log at {path}: train.py never called prepare.record_step_boundary(), or its prepare.py "
+        "wrote elsewhere than $NEURON_COMPETITION_R1_STEP_LOG"
+    )
+
+
+def unread_step_log(path: Path, exc: Exception) -> str:
+    """A step log trnf could not read: said to be that, with the line and where the forms
+    it reads are listed; never blamed on the script (it did call record_step_boundary)."""
+    return f"step log {path} is in a form trnf does not read ({exc}); the forms it reads: docs/kit-contract.md"
 
 
 # ---------------------------------------------------------------------------- every source
@@ -135,4 +192,45 @@ def cross_check(charged: float, budget: float, segments: int, summary: dict[str,
         return f"the step log has {segments} process segments (a resumed run) but logs/summary.json records no resume (resumed_from)"
     if resumed and segments == 1:
         return f"logs/summary.json records a resume from {str(resumed)[:80]} but the step log holds one segment: the earlier time is not in the archive"
+    return None
+
+
+# ---------------------------------------------------------------------------- what a run says of itself
+
+# Keys in which a run's own documents state the seconds it charged (trnf's summary and
+# checkpoint meta: charged_seconds; the kit's final.pt meta: budget_elapsed_before_save).
+CHARGED_KEYS = ("charged_seconds", "budget_elapsed_before_save")
+_STATEMENT_DEPTH = 8
+
+
+def over_budget_statement(documents: dict[str, Any], budget: float) -> str | None:
+    """The first statement, in any of a run's own documents (``where -> parsed JSON or a
+    checkpoint's meta``), that it went over ``budget``: ``over_budget: true``, or a charge
+    above the budget, at any depth (a kit's block, a checkpoint's meta). None when none says so.
+    A run that says it ran over is over, whatever its step log shows."""
+    def walk(value: Any, where: str, depth: int) -> str | None:
+        if depth > _STATEMENT_DEPTH:
+            return None
+        if isinstance(value, dict):
+            for key, item in value.items():
+                path = f"{where}: {key}" if depth == 0 else f"{where}.{key}"
+                if key == "over_budget" and item is True:
+                    return f"{path} is true"
+                number = item if isinstance(item, (int, float)) and not isinstance(item, bool) else None
+                if key in CHARGED_KEYS and number is not None and (not math.isfinite(number) or number > budget):
+                    return f"{path} is {float(number):g} s, over the {budget:g} s budget"
+                found = walk(item, path, depth + 1)
+                if found:
+                    return found
+        elif isinstance(value, list):
+            for index, item in enumerate(value[:1000]):
+                found = walk(item, f"{where}[{index}]", depth + 1)
+                if found:
+                    return found
+        return None
+
+    for where, document in documents.items():
+        found = walk(document, where, 0)
+        if found:
+            return found
     return None

@@ -184,6 +184,19 @@ def scan_final_pt(path: Path) -> TensorSummary:
     return TensorSummary(params=params, tensors=len(state), non_finite=non_finite)
 
 
+def final_pt_meta(path: Path) -> Any:
+    """The ``meta`` a kit-layout final.pt carries (what the run says of itself), read without
+    unpickling code and without reading the weights (mmap); None when it has none or does
+    not load (the checkpoint check says why)."""
+    import torch
+
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - hostile bytes raise anything; the checkpoint check reports it
+        return None
+    return data.get("meta") if isinstance(data, dict) else None
+
+
 def first_difference(safetensors_path: Path, final_pt_path: Path) -> str | None:
     """Where ``final.pt``'s model_state and ``model.safetensors`` differ (names, dtype, shape or
     any value, bit for bit), or None when every tensor is the same. Both are read lazily

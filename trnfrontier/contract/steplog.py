@@ -1,28 +1,36 @@
 """The step log: what ``prepare.record_step_boundary`` appends, read one way only.
 
-Every reader (the budget check, a kit run's per-step charge, the dry run's count of steps)
-goes through ``read_step_log``, so the rules cannot drift apart. The format (the project's
-prepare.py writes it; ``docs/kit-contract.md``)::
+Every reader (the budget check, a kit run's per-step charge, the dry runs' count of steps,
+verify) goes through ``read_step_log``, so the rules cannot drift apart. How one line is
+read is ``steplog_lines`` (the module the organisers' real format would change); this one
+turns lines into a run's segments and holds the rules between lines:
 
-    {"header": true, "start_time": <process start, s>, "pid": ...}   one per process
-    {"step": <0-based index of the step completed>, "time": <s>}       one per boundary
+- A header starts a segment (one per process: a resumed run has several, and the budget
+  of a single run counts the last one). Records before any header belong to a first
+  segment that starts at ``launch``, the time the caller launched the process (trnf knows
+  it for the runs it starts), named by ``launch_source``; without one, such a log has no
+  start and is refused.
+- A record's end time is its ``time``, else the segment's start + ``elapsed``, else the
+  previous end + ``dt`` (a lower bound: the time between steps is not in any dt).
+- Times never go backwards: each end is at or after the previous end of its segment and
+  its segment's start, and each segment starts at or after the previous one's last end.
+  Step indexes increase within a segment (a resumed process may repeat steps done after
+  its checkpoint, so a new segment may start lower).
 
-A resumed run appends a header per process, so the log is a list of segments, one per
-header; the budget of a single run counts the last one. Refused, with the line named:
-a line that is neither a header nor a boundary (including JSON nested too deep to
-read), a boundary before any header, a start time or a time that is not a finite
-number, and a log with no header at all.
+Refused with the line named: a line that is none of the shapes ``steplog_lines`` reads, a
+number that is not finite, a time that goes backwards, a log with no record at all.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from trnfrontier.contract.steplog_lines import Header, LineError, Record, When, parse_line
+
 Boundary = tuple[int, float]  # (0-based index of the step completed, time in seconds)
+HEADER = "the log's header line"
 
 
 class StepLogError(ValueError):
@@ -39,24 +47,30 @@ class Segment:
 
 @dataclass(frozen=True)
 class StepLog:
-    """Every segment of a step log, in order (at least one)."""
+    """Every segment of a step log, in order (at least one), and how it was read."""
 
     segments: tuple[Segment, ...]
+    start_source: str = HEADER  # where the first segment's start time came from
+    when: tuple[When, ...] = ("time",)  # what its records gave: absolute times, elapsed seconds, durations
+    text: bool = False  # printed "step N | ..." lines rather than JSON
 
     @property
     def last(self) -> Segment:
         """The last process's segment: the one run a budget check of a single run counts."""
         return self.segments[-1]
 
+    @property
+    def lower_bound(self) -> bool:
+        """Ends summed from step durations (dt): the time between steps is missing."""
+        return "dt" in self.when
 
-_LINE_SHAPE = 'neither a header nor {"step": int, "time": seconds}'
-
-
-def _finite(value: object, lineno: int, what: str) -> float:
-    number = float(value)  # type: ignore[arg-type]
-    if not math.isfinite(number):
-        raise StepLogError(f"line {lineno} has a non-finite {what}")
-    return number
+    def describe(self) -> str:
+        """How the log was read, for a summary and the console ("JSON lines {step, time}; start time: ...")."""
+        shape = "printed step lines" if self.text else "JSON lines"
+        fields = {"time": "time", "elapsed": "elapsed seconds", "dt": "dt"}
+        what = f"{shape} (step, {' / '.join(fields[w] for w in self.when)})"
+        bound = "; ends summed from dt, a lower bound (the time between steps is not in it)" if self.lower_bound else ""
+        return f"{what}; start time from {self.start_source}{bound}"
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -68,26 +82,80 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
             raise StepLogError("not UTF-8 text") from None
 
 
-def read_step_log(path: Path) -> StepLog:
+class _Builder:
+    """The segments so far, and the rules between lines."""
+
+    def __init__(self, launch: float | None, launch_source: str) -> None:
+        self.launch, self.launch_source = launch, launch_source
+        self.segments: list[tuple[float, list[Boundary]]] = []
+        self.start_source = HEADER
+        self.when: set[When] = set()
+        self.text = False
+
+    def _end(self) -> float | None:
+        if not self.segments:
+            return None
+        start, boundaries = self.segments[-1]
+        return boundaries[-1][1] if boundaries else start
+
+    def header(self, lineno: int, header: Header) -> None:
+        end = self._end()
+        if end is not None and header.start < end:
+            raise StepLogError(f"line {lineno}: a process starts at {header.start:.3f}, before the previous one's last step ended ({end:.3f})")
+        self.segments.append((header.start, []))
+
+    def record(self, lineno: int, record: Record) -> None:
+        if not self.segments:
+            if self.launch is None:
+                raise StepLogError(
+                    f"line {lineno} comes before any header line, and nothing else says when the process "
+                    "started (a log without a header needs the run's launch time)"
+                )
+            self.segments.append((self.launch, []))
+            self.start_source = self.launch_source
+        start, boundaries = self.segments[-1]
+        previous = boundaries[-1] if boundaries else None
+        if record.when == "time":
+            end = record.value
+        elif record.when == "elapsed":
+            end = start + record.value
+        else:
+            end = (previous[1] if previous else start) + record.value
+        if previous is not None and record.step <= previous[0]:
+            raise StepLogError(f"line {lineno}: step index {record.step} after {previous[0]}; indexes increase within a process")
+        floor, what = (previous[1], f"step {previous[0]}'s end") if previous else (start, "its process's start")
+        if end < floor:
+            raise StepLogError(f"line {lineno}: step {record.step} ends at {end:.3f}, before {what} ({floor:.3f}): time goes backwards")
+        boundaries.append((record.step, end))
+        self.when.add(record.when)
+
+    def log(self) -> StepLog:
+        if not self.segments:
+            raise StepLogError("no header line with the process start time" if self.launch is None else "no step recorded")
+        order = [w for w in ("time", "elapsed", "dt") if w in self.when] or ["time"]
+        return StepLog(
+            tuple(Segment(start, tuple(b)) for start, b in self.segments),
+            self.start_source,
+            tuple(order),
+            self.text,
+        )
+
+
+def read_step_log(path: Path, launch: float | None = None, launch_source: str = "the run's launch") -> StepLog:
     """The segments of the step log at ``path`` (see the module docstring for the rules);
-    OSError when it cannot be opened, StepLogError when it is not a step log."""
-    segments: list[tuple[float, list[Boundary]]] = []
+    OSError when it cannot be opened, StepLogError when it is not a step log.
+
+    ``launch``: when the caller started the process that wrote the log (seconds since the
+    epoch), the start of a log that has no header; ``launch_source`` says what it is."""
+    built = _Builder(launch, launch_source)
     for lineno, line in _numbered_lines(path):
-        if not line.strip():
-            continue
         try:
-            record = json.loads(line)
-            if record.get("header"):
-                segments.append((_finite(record["start_time"], lineno, "start time"), []))
-                continue
-            step, t = int(record["step"]), _finite(record["time"], lineno, "time")
-        except StepLogError:
-            raise
-        except (ValueError, AttributeError, KeyError, TypeError, RecursionError):
-            raise StepLogError(f"line {lineno} is {_LINE_SHAPE}") from None
-        if not segments:
-            raise StepLogError(f"line {lineno} comes before any header line")
-        segments[-1][1].append((step, t))
-    if not segments:
-        raise StepLogError("no header line with the process start time")
-    return StepLog(tuple(Segment(start, tuple(boundaries)) for start, boundaries in segments))
+            item = parse_line(line)
+        except LineError as exc:
+            raise StepLogError(f"line {lineno} {exc}") from None
+        if isinstance(item, Header):
+            built.header(lineno, item)
+        elif isinstance(item, Record):
+            built.text = built.text or not line.lstrip().startswith("{")
+            built.record(lineno, item)
+    return built.log()

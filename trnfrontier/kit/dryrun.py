@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trnfrontier.contract.budget import no_step_log, unread_step_log
 from trnfrontier.contract.checkpoint import find_checkpoint
 from trnfrontier.contract.kit import NUM_STEPS_ENV
+from trnfrontier.contract.steplog import Boundary, StepLogError, read_step_log
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.kit import launch, logs, preflight
 from trnfrontier.kit.harness import (
@@ -30,9 +33,9 @@ from trnfrontier.kit.harness import (
     clean_environ,
     confine,
     load_back,
-    logged_boundaries,
 )
 from trnfrontier.progress import Steps
+from trnfrontier.runtime.rundir import STEP_LOG_FILE
 from trnfrontier.trusted_prepare import load_contract
 
 STAGES = ("source", "environment", "start", "steps", "checkpoint", "load_for_eval")
@@ -107,6 +110,19 @@ def copy_code(source: Path, dest: Path) -> list[str]:
     return copied
 
 
+def _boundaries(step_log: Path, launched: float) -> tuple[tuple[Boundary, ...], str]:
+    """(the boundaries the run's last process recorded, why there are none): a log without a
+    header line starts at the launch; one trnf cannot read is said to be that, not blamed
+    on train.py (which did call record_step_boundary)."""
+    if not step_log.is_file():
+        return (), no_step_log(step_log)
+    try:
+        boundaries = read_step_log(step_log, launch=launched, launch_source="the dry run's launch").last.boundaries
+    except (OSError, StepLogError) as exc:
+        return (), unread_step_log(step_log, exc)
+    return boundaries, "" if boundaries else f"the step log {step_log} records no step"
+
+
 def _rank_steps(rank_logs: dict[int, logs.RankLog]) -> str:
     counts = []
     for rank in sorted(rank_logs):
@@ -153,9 +169,10 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
     # The team's code runs inside the same sandbox as verify's dry run (work dir writable only).
     confined, outer_env, how = confine(plan.argv, work=work, run_dir=run_dir, env=plan.env, prepare=contract.path, timeout=timeout)
     plan = dataclasses.replace(plan, argv=confined, env=outer_env)
+    launched = time.time()
     outcome = launch.run(plan, timeout=timeout, console_log=work / "logs" / "console.log")
     rank_logs = logs.collect_rank_logs(plan.log_dir, work / "logs")
-    boundaries = logged_boundaries(run_dir)
+    boundaries, unrecorded = _boundaries(run_dir / STEP_LOG_FILE, launched)
 
     missing = [r for r in range(nproc) if r not in rank_logs]
     why, exited = "", "exited 0"
@@ -174,7 +191,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
                f"{DRY_RUN_STEPS_ENV}={steps} (the kit: {NUM_STEPS_ENV}) steps?")
     if missing or not boundaries:
         detail = (f"rank(s) {', '.join(map(str, missing))} never started" if missing
-                  else why if (crashed or outcome.timed_out) else "no step boundary recorded: train.py never called prepare.record_step_boundary()")
+                  else why if (crashed or outcome.timed_out) else unrecorded)
         report.add("start", False, detail)
         return report.skip_rest()
     report.add("start", True, f"{nproc} rank(s) launched (gloo, CPU, {how}), first boundary at step index {boundaries[0][0]}")

@@ -176,9 +176,11 @@ def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path |
 
 
 def logged_boundaries(run_dir: Path) -> tuple[Boundary, ...]:
-    """(step, time) of each boundary the dry run's last process recorded; none when the log is absent or unreadable."""
+    """(step, time) of each boundary the dry run's last process recorded; none when the log
+    is absent or unreadable. Only the steps are counted, so a log without a header line is
+    read from time 0 (its times are not used)."""
     try:
-        return read_step_log(run_dir / STEP_LOG_FILE).last.boundaries
+        return read_step_log(run_dir / STEP_LOG_FILE, launch=0.0).last.boundaries
     except (OSError, StepLogError):
         return ()
 

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# torchrun --tee prefixes every worker line with "[default<rank>]:" (or "[rank<rank>]:").
-_TEE_PREFIX = re.compile(r"^\[(?:default|rank)?\d+\]:")
+from trnfrontier.contract.steplog_lines import STEP_LINE, TEE_PREFIX
+
 _NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
-_STEP = re.compile(r"^\W*step\b[\s:=#]*(\d+)(?:\s*/\s*\d+)?", re.IGNORECASE)
 _PAIR = re.compile(rf"([A-Za-z_][\w/]*)\s*[:=]?\s*({_NUMBER})(\s*%)?", re.IGNORECASE)
 _RATE_FIRST = re.compile(rf"({_NUMBER})\s*tok(?:en)?s?/s(?:ec)?\b", re.IGNORECASE)
 _PARAMS = (
@@ -49,13 +48,13 @@ def _number(text: str) -> float:
 
 
 def strip_prefix(line: str) -> str:
-    return _TEE_PREFIX.sub("", line, count=1)
+    return TEE_PREFIX.sub("", line, count=1)
 
 
 def parse_step_line(line: str) -> dict[str, Any] | None:
     """The step record in one printed line, or None when the line is not a step line."""
     line = strip_prefix(line).strip()
-    match = _STEP.match(line)
+    match = STEP_LINE.match(line)
     if match is None:
         return None
     record: dict[str, Any] = {"step": int(match.group(1))}
@@ -76,7 +75,7 @@ def parse_step_line(line: str) -> dict[str, Any] | None:
 def parse_params(lines: Iterable[str]) -> int | None:
     """A parameter count the script printed ("Number of parameters: 59,604,992", "params 59.6M")."""
     for line in lines:
-        if _STEP.match(strip_prefix(line).strip()):
+        if STEP_LINE.match(strip_prefix(line).strip()):
             continue
         match = _PARAMS[0].search(line) or _PARAMS[1].search(line)
         if match:

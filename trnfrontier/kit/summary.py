@@ -22,8 +22,9 @@ PRINTED_FIELDS = ("final_loss", "tokens_per_second", "mfu", "tokens", "params", 
 
 
 def charged_by_step(step_log: Path, accounting: dict[str, Any]) -> dict[int, float]:
-    """Charged seconds at each recorded boundary, by the organisers' rule."""
-    run = read_step_log(step_log).last
+    """Charged seconds at each recorded boundary, by the organisers' rule (the log read
+    from the start time the accounting used, for a log without a header line)."""
+    run = read_step_log(step_log, launch=accounting.get("start_time")).last
     start = run.start
     startup = float(accounting["startup_seconds"])
     # excluded_seconds = min(startup, cap); a budget_accounting that omits it is read with the default cap.

@@ -211,7 +211,8 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
     rank0 = rank_logs.get(0)
     printed = logs.read_printed([rank0.stdout, rank0.stderr] if rank0 else [])
     step_log = run_dir / STEP_LOG_FILE
-    accounting, how = account_log(step_log, contract.module)
+    # A log without a header line starts when trnf launched the run (it knows; the log may not say).
+    accounting, how = account_log(step_log, contract.module, launch=began)
     charged = summary.charged_by_step(step_log, accounting) if accounting else {}
     summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
     checkpoint = find_checkpoint(plan.cwd, since=began - 1.0, exclude=run_dir)
@@ -283,6 +284,9 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "steps": int(accounting["steps"]) if accounting else (printed.last("step") or 0),
         **{key: accounting.get(key) for key in ("charged_seconds", "startup_seconds", "headroom_seconds", "over_budget", "budget_seconds")},
         "accounting": seen.how if accounting else None,
+        # How the step log was read and where its start time came from (its header, else trnf's launch).
+        "step_log": accounting.get("step_log"),
+        "step_log_start": {"time": accounting["start_time"], "source": accounting["start_source"]} if accounting else None,
         "device": None,  # the script chooses its device; trnf does not see it
         "world_size": options.nproc,
         "lnc": options.lnc,

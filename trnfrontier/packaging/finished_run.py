@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trnfrontier.contract.budget import account_log
+from trnfrontier.contract.budget import account_log, recorded_start
 from trnfrontier.contract.checkpoint import CheckpointError, scan_safetensors
 from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
 from trnfrontier.contract.pins import Pins
@@ -141,20 +141,26 @@ def pin_problems(prepare_sha256: Any, tokenizer_sha256: Any, pins: Pins) -> list
     return reasons
 
 
-def log_budget_reason(step_log: Path, phase: Phase = PHASES[DEFAULT_PHASE]) -> str | None:
+def log_budget_reason(
+    step_log: Path, phase: Phase = PHASES[DEFAULT_PHASE], summary: dict[str, Any] | None = None
+) -> str | None:
     """Why the step-boundary log fails the organisers' accounting (as verify computes it,
-    against ``phase``'s budget), or None."""
+    against ``phase``'s budget), or None. A log without a header line starts where the run's
+    ``summary`` recorded (a kit run: trnf's launch)."""
     from trnfrontier.trusted_prepare import load_contract
 
     try:
         prepare = load_contract().module
     except TrnfError:
         prepare = None  # verify's documented formula then
-    accounting, how = account_log(step_log, prepare, phase)
+    launch, source = recorded_start(summary)
+    accounting, how = account_log(step_log, prepare, phase, launch, source)
     if accounting is None:
         return how
     if accounting["over_budget"]:
         return f"over budget by {how}: charged {float(accounting['charged_seconds']):.1f} s"
+    if accounting.get("lower_bound"):
+        return f"the step log gives each step's duration only ({accounting['step_log']}): it cannot show the run kept to the budget"
     return None
 
 
@@ -179,7 +185,7 @@ def refusal_reasons(
         reasons.append(
             f"over budget: charged {float(s.get('charged_seconds') or 0):.1f} s of {float(s.get('budget_seconds') or BUDGET_SECONDS):g}"
         )
-    elif step_log is not None and (reason := log_budget_reason(step_log, phase)):
+    elif step_log is not None and (reason := log_budget_reason(step_log, phase, s)):
         reasons.append(reason)
     if s.get("status") not in (None, COMPLETED):
         step = f" at step {s['diverged_step']}" if s.get("diverged_step") else ""

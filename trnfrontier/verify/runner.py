@@ -21,7 +21,13 @@ from types import ModuleType
 from typing import Any
 
 from trnfrontier import submission as fmt
-from trnfrontier.contract.budget import account, cross_check, resumed_charge, trainer_log_charge
+from trnfrontier.contract.budget import (
+    account,
+    cross_check,
+    recorded_start,
+    resumed_charge,
+    trainer_log_charge,
+)
 from trnfrontier.contract.checkpoint import (
     CheckpointError,
     first_difference,
@@ -31,7 +37,7 @@ from trnfrontier.contract.checkpoint import (
 from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.contract.launch import Launch, LaunchError, parse_launch
 from trnfrontier.contract.pins import Pin, load_pins
-from trnfrontier.contract.steplog import StepLogError, read_step_log
+from trnfrontier.contract.steplog import HEADER, StepLogError, read_step_log
 from trnfrontier.errors import TrnfError
 from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
 from trnfrontier.progress import Steps
@@ -44,6 +50,7 @@ from trnfrontier.verify.manifest import check_manifest, load_manifest
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.scoring import EVAL_SEQ_LEN, TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files
+from trnfrontier.verify.statements import stated_over_budget
 
 RERUN_TOLERANCE = 1e-4
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
@@ -161,23 +168,31 @@ def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
     path = fmt.member_path(root, fmt.STEP_LOG)
     if not path.is_file():
         return failed("budget", "logs/step_boundaries.jsonl is missing")
+    summary = _summary(root)
+    if isinstance(summary, str):
+        return failed("budget", summary)
+    launch, source = recorded_start(summary)  # a log without a header line starts at the recorded launch
     try:
-        log = read_step_log(path)
-        acct, how = account(path, prepare)
+        log = read_step_log(path, launch, source)
+        acct, how = account(path, prepare, launch, source)
     except (StepLogError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
+    if log.lower_bound:
+        return failed("budget", f"{fmt.STEP_LOG} gives each step's duration only ({log.describe()}): it cannot show the run kept to the budget")
     budget = float(acct.get("budget_seconds", BUDGET_SECONDS))
     charged = float(acct["charged_seconds"])
     excluded = float(acct.get("excluded_seconds", acct["startup_seconds"]))
     line = f"charged {charged:.1f} s of {budget:g} ({excluded:.1f} s startup excluded), {int(acct['steps'])} steps, by {how}"
+    if log.start_source != HEADER:  # say where the start came from when the log did not say it
+        line += f"; start time from {log.start_source}"
     if len(log.segments) > 1:
         charged = resumed_charge(log, prepare)
         line = f"resumed run: {len(log.segments)} segments charged {charged:.1f} s of {budget:g} in all (startup excluded once)"
     if acct["over_budget"] or charged > budget:
         return failed("budget", "over budget: " + line)
-    summary = _summary(root)
-    if isinstance(summary, str):
-        return failed("budget", summary)
+    stated = stated_over_budget(root, summary, budget)
+    if stated:
+        return failed("budget", f"the archive says the run went over budget: {stated} ({line})")
     disagreement = cross_check(charged, budget, len(log.segments), summary, trainer_log_charge(fmt.member_path(root, fmt.METRICS_LOG)))
     if disagreement:
         return failed("budget", f"{disagreement} ({line})")
