@@ -180,6 +180,18 @@ def test_without_an_artifact_the_pin_is_the_active_datasets(sample_home: Path, t
     assert load_pins(None).tokenizer.sha256 == manifest["tokenizer"]["artifact_sha256"]
 
 
+# -- docs ---------------------------------------------------------------------------------------
+
+def test_the_docs_list_the_checks_in_the_order_verify_runs_them() -> None:
+    """docs/ci.md's table of checks, top to bottom, is runner.CHECK_NAMES and then the optional ones."""
+    import re
+
+    from trnfrontier.verify.runner import CHECK_NAMES
+
+    rows = re.findall(r"^\| `([a-z:-]+)`", (REPO / "docs" / "ci.md").read_text(encoding="utf-8"), flags=re.M)
+    assert rows[: len(CHECK_NAMES) + 2] == [*CHECK_NAMES, "rerun-eval", "dry-run"]
+
+
 # -- CLI ------------------------------------------------------------------------------------------
 
 def _trnf(args: list[str], capsys) -> tuple[int, str, str]:
