@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from trnfrontier.console import out, print_json
-from trnfrontier.errors import UsageError
+from trnfrontier.errors import TrnfError, UsageError
 
 if TYPE_CHECKING:  # the verify library (numpy, the sandbox) loads when the command runs
     from trnfrontier.verify import Report
@@ -44,6 +44,14 @@ def command(
         raise UsageError(f"{archive}: is a directory; give the path of a submission archive (trnf package writes one)")
     if not archive.is_file():
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
+    from trnfrontier.verify.filetype import not_an_archive
+
+    what = None if json_output else not_an_archive(archive)
+    if what is not None:  # the one line that matters, not a table of checks that never ran
+        raise TrnfError(
+            f"{archive} is not a submission archive: it is {what}; trnf verify takes the tar archive "
+            "`trnf package` writes (plain, or gzip, bzip2 or xz compressed)"
+        )
     from trnfrontier.verify import Options, verify_archive
 
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
