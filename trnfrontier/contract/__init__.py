@@ -7,6 +7,8 @@ these; none of them restates a rule.
   metrics and their weights, what is inferred); Phase 1 is the default everywhere;
 - ``launch``: the launch line (``launch.txt``) and the shapes it may take;
 - ``kit``: the organisers' variable names (``NEURON_COMPETITION_R1_*``) and files;
+- ``steplog``: the one reader of a step log (``read_step_log`` -> ``StepLog`` of
+  ``Segment``s), over ``steplog_lines`` (what one line may be);
 - ``budget``: the training budget from a step log, under the trusted prepare.py's
   accounting or the documented formula (``runtime.budget_rule``), and its cross-checks;
 - ``checkpoint``: what a checkpoint must be (loads without running code, finite
@@ -14,6 +16,7 @@ these; none of them restates a rule.
 - ``pins``: the SHA256 of the prepare.py and tokenizer a submission must have used;
 - ``allowed_imports``: what submission code may import (runtime vs the organisers'
   environment);
+- ``inference``: the Phase 2 ``inference.py`` interface, as inferred;
 - ``jsonstrict``: JSON from an archive or a run, read one way only.
 
 Each phase's numbers are ``phases.PHASES``. Phase 1's (one Trainium2 chip, 30 minutes):
