@@ -332,8 +332,12 @@ def read_tokenizer_artifact(path: str | os.PathLike[str] | None = None) -> tuple
     import zipfile
 
     artifact = Path(path) if path is not None else tokenizer_artifact_path()
-    fix = ("restore the file from the project (`git checkout -- artifacts/`), or pass "
-           "--build-tokenizer-if-missing to train a tokenizer from the data instead")
+    # The one place to restore it from: git in a clone of the project; elsewhere (a team's
+    # folder, a wheel) the artifacts/ folder that came with this file (`trnf init` copies both).
+    clone = (artifact.parent.parent / ".git").exists()
+    restore = ("restore it with `git checkout -- artifacts/`" if clone else
+               "copy the artifacts/ folder that came with this prepare.py beside it (`trnf init DIR` copies both)")
+    fix = f"{restore}, or pass --build-tokenizer-if-missing to train a tokenizer from the data instead"
     try:
         blob = artifact.read_bytes()
     except FileNotFoundError:

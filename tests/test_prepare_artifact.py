@@ -88,7 +88,16 @@ def test_a_bad_artifact_stops_setup_with_one_line(tmp_path: Path, how: str, said
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert said in lines[0] and "tokenizer.zip" in lines[0] and "--build-tokenizer-if-missing" in lines[0]
+    # Outside a clone of the project, git cannot restore it: the line says what can.
+    assert "git checkout" not in lines[0] and "copy the artifacts/ folder that came with this prepare.py" in lines[0]
     assert not (tmp_path / "home").exists()  # refused before anything was downloaded or written
+
+
+def test_in_a_clone_the_artifact_is_restored_with_git(prepare_module, tmp_path: Path) -> None:
+    fake_clone = tmp_path / "clone"
+    (fake_clone / ".git").mkdir(parents=True)
+    with pytest.raises(prepare_module.PrepareError, match="restore it with `git checkout -- artifacts/`"):
+        prepare_module.read_tokenizer_artifact(fake_clone / "artifacts" / "tokenizer.zip")
 
 
 def test_build_tokenizer_if_missing_trains_one_from_the_downloaded_shards(

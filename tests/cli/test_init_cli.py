@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,10 @@ def test_init_writes_train_py_and_readme_and_refuses_to_overwrite(
     assert "'name': 'baseline_d10'" in source
     readme = (tmp_path / "team" / "README.md").read_text()
     assert "python train.py" in readme and "prepare.py" in readme and "--nproc_per_node=4" in readme
+    # The trusted prepare.py and the artifacts/ its setup needs are copied beside train.py.
+    assert (tmp_path / "team" / "prepare.py").read_bytes() == (REPO / "prepare.py").read_bytes()
+    assert (tmp_path / "team" / "artifacts" / "tokenizer.zip").read_bytes() == (REPO / "artifacts" / "tokenizer.zip").read_bytes()
+    assert "`artifacts/` folder" in readme and "fails without it" in readme
     code, _, err = run_cli(["init", str(tmp_path / "team")], capsys)
     assert code == 2 and "--force" in err
     code, _, err = run_cli(
@@ -65,7 +68,6 @@ def test_init_output_trains_on_cpu_packages_and_verifies(
         ["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys
     )
     assert code == 0, err
-    shutil.copy(REPO / "prepare.py", team / "prepare.py")
     # TRNF_STEP_LOG too: an earlier in-process train() in this pytest session leaves it set,
     # and a generated train.py honours it (see the --train-py test below).
     drop = ("TRNF_PREPARE", "PYTHONPATH", "TRNF_STEP_LOG")
@@ -129,53 +131,34 @@ def test_init_output_trains_on_cpu_packages_and_verifies(
 
 
 @pytest.mark.slow
-def test_init_output_through_kit_mode_train_then_package_from_the_run_dir(
+def test_init_output_through_the_readme_kit_flow_as_written(
     sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`trnf train --train-py` (the organisers' launch, its own step log) -> `trnf package --train-py --run-dir`:
-    the checkpoint and launch line come from the kit run directory, the score from the trusted evaluation."""
+    """The README's kit-mode lines, typed in the folder `trnf init` wrote (the outside's case:
+    package said "no measured val_bpb" and the run's table "val_bpb printed by train.py: -"
+    although train.py printed it). The generated train.py ends with the kit's `---` block."""
     team = tmp_path / "team"
-    assert (
-        run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)[
-            0
-        ]
-        == 0
-    )
-    shutil.copy(REPO / "prepare.py", team / "prepare.py")
-    code, _, err = run_cli(
-        [
-            "train",
-            "--train-py",
-            str(team / "train.py"),
-            "--out",
-            str(tmp_path / "kitrun"),
-            "--nproc",
-            "1",
-        ],
-        capsys,
-    )
+    code, _, err = run_cli(["init", str(team), "--recipe", "cpu_smoke", *TINY, "budget.max_steps=3"], capsys)
     assert code == 0, err
-    assert (
-        tmp_path / "kitrun" / "step_boundaries.jsonl"
-    ).is_file()  # the launcher's TRNF_STEP_LOG was honoured
-    out = tmp_path / "s.tar"
-    code, stdout, err = run_cli(
-        [
-            "package",
-            "--train-py",
-            str(team / "train.py"),
-            "--run-dir",
-            str(tmp_path / "kitrun"),
-            "--val-bpb-from-eval",
-            "-o",
-            str(out),
-            "--json",
-        ],
-        capsys,
-    )
-    assert code == 0, err
-    assert json.loads(stdout)["launch"] == LAUNCH
-    report = verify_archive(out, Options())
+    env = {k: v for k, v in os.environ.items() if k not in ("TRNF_PREPARE", "PYTHONPATH", "TRNF_STEP_LOG")}
+    env["COLUMNS"] = "200"
+
+    def trnf(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "trnfrontier", "--prepare", "prepare.py", *args],
+                              cwd=team, env=env, capture_output=True, text=True, timeout=900)
+
+    run = trnf("train", "--train-py", "train.py", "--out", "runs/r1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads((team / "runs" / "r1" / "summary.json").read_text())
+    printed = summary["kit_summary"]["public_val_bpb"]
+    assert isinstance(printed, float) and summary["reported_val_bpb"] == printed
+    assert summary["kit_summary"]["num_steps"] == 3 and summary["step_log_start"]["source"] == "the log's header line"
+    assert f"{printed:.4f} (untrusted)" in run.stdout  # the table's "val_bpb printed by train.py"
+    package = trnf("package", "--train-py", "train.py", "--run-dir", "runs/r1", "-o", "submission.tar", "--json")
+    assert package.returncode == 0, package.stderr[-3000:]
+    document = json.loads(package.stdout)
+    assert document["launch"] == LAUNCH and document["claimed"]["val_bpb"] == printed
+    report = verify_archive(team / "submission.tar", Options())
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
 
 

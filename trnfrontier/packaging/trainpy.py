@@ -50,6 +50,7 @@ _RESERVED = {
     "DEVICE_ENV": "device variable",
     "effective_recipe": "dry-run/device adjustments",
     "publish_final": "checkpoint publication",
+    "print_results": "the kit's closing block",
     "main": "the entry point",
 }
 
@@ -100,6 +101,26 @@ def publish_final(run_dir: Path, out_dir: Path) -> None:
         os.replace(tmp, out_dir / name)
 {load_for_eval}
 
+def print_results(summary: dict, checkpoint: Path) -> None:
+    """The kit train.py's closing block: a line ``---``, then ``key: value`` lines (what a
+    launcher reads: the public score of the final evaluation, the steps, the charge)."""
+    scored = summary.get("val_bpb") is not None
+    rows = [
+        ("checkpoint_path", checkpoint),
+        ("training_seconds", summary.get("charged_seconds")),
+        ("budget_seconds", summary.get("budget_seconds")),
+        ("num_steps", summary.get("steps")),
+        ("public_val_bpb", summary.get("val_bpb")),
+        ("eval_tokens", summary.get("eval_tokens") if scored else None),
+        ("eval_seq_len", summary.get("eval_seq_len") if scored else None),
+        ("eval_seconds", summary.get("eval_seconds")),
+    ]
+    print("---")
+    for key, value in rows:
+        if value is not None:
+            print(f"{{key}}: {{value}}", flush=True)
+
+
 def main() -> int:
     recipe = effective_recipe(RECIPE)
     # A launcher that reads the step-boundary log elsewhere says where (kit runs, dry runs).
@@ -108,6 +129,7 @@ def main() -> int:
         return exit_code_for(summary.get("status"))
     if int(os.environ.get("RANK", "0")) == 0:
         publish_final(RUN_DIR, OUT_DIR)
+        print_results(summary, OUT_DIR / KIT_FILE)
     return 0
 
 
