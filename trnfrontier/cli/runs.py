@@ -1,4 +1,4 @@
-"""`trnf runs`: the ledger of local runs; `runs show|rebuild|record-official|plot`."""
+"""`trnf runs`: the ledger of local runs; `runs show|score|rebuild|record-official|plot`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from trnfrontier.console import err, keep_wide, out, print_json
 from trnfrontier.runtime.rundir import COMPLETED
 
 app = typer.Typer(
-    help="The ledger of local runs: list, show, rebuild, record official scores, plot.",
+    help="The ledger of local runs: list, show, rebuild, record official scores, plot, Phase 2 score against a pool.",
     invoke_without_command=True,
 )
 
@@ -173,6 +173,38 @@ def show_command(
         console.print(f"official: {pair['official']:.6f} (local then {pair['local_val_bpb']:.6f}){' - ' + escape(pair['note']) if pair.get('note') else ''}")
     if not fits:
         console.print(official.no_pairs_line())
+
+
+@app.command("score")
+def score_command(
+    pool: Path = typer.Option(..., "--pool", help="The finalists' entries: JSON [{name, val_bpb, core}, ...] or CSV name,val_bpb,core."),
+    name: str | None = typer.Option(None, "--name", help="Local runs whose names match this glob."),
+    json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Phase 2's combined score of each local run against the finalists' pool: val_bpb and
+    CORE min-max normalised over the pool and the run (lower bpb, higher CORE better), half
+    each, and the run's rank among them."""
+    from trnfrontier.ledger import combined
+    from trnfrontier.ledger.listing import Filters, select
+    from trnfrontier.ledger.record import load_runs
+
+    entries = combined.read_pool(pool)
+    runs, notes = combined.local_entries(select(load_runs(note=_note), Filters(name=name), sort="created", limit=None))
+    placed = combined.score_runs(runs, entries)
+    if json_output:
+        print_json({"pool": str(pool), "pool_entries": len(entries), "runs": [p.to_json() for p in placed], "notes": notes})
+        return
+    table = Table(title=f"Phase 2 combined score against {len(entries)} pool entries ({pool})")
+    for column in ("run", "val_bpb", "CORE", "bpb (norm.)", "CORE (norm.)", "combined", "rank"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for p in placed:
+        table.add_row(escape(p.name), f"{p.values['val_bpb']:.6f}", f"{p.values['core']:.4f}", f"{p.normalised['val_bpb']:.3f}",
+                      f"{p.normalised['core']:.3f}", f"{p.combined:.3f}", f"{p.rank} of {p.of}")
+    out().print(table)
+    for line in notes:
+        _note(line)
+    if not placed:
+        _note("no local run has both val_bpb and CORE: score one with `trnf eval RUN --core`")
 
 
 @app.command("rebuild")

@@ -38,6 +38,7 @@ def command(
     timeout: float | None = typer.Option(None, "--timeout", min=1.0, help="Seconds allowed for each subprocess (default: contract 300, re-eval 1500, dry run 900)."),
     steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
     allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Where bubblewrap is unavailable, run archive code anyway, without isolation (the report's first line says so)."),
+    core_bundle: str = typer.Option("sample", "--core-bundle", help="Phase 2: the CORE bundle a few items of which run through inference.py (a folder, zip, URL or pin file; default the shipped format sample) for the consistency check and the CORE time projection."),
 ) -> int:
     """Check a submission archive; exit 0 only if every required check passes."""
     if archive.is_dir():
@@ -55,7 +56,7 @@ def command(
     from trnfrontier.verify import Options, verify_archive
 
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
-                      allow_unsandboxed=allow_unsandboxed)
+                      allow_unsandboxed=allow_unsandboxed, core_bundle=core_bundle)
     from trnfrontier.progress import steps as progress_steps
     from trnfrontier.verify.runner import progress_units
 

@@ -98,15 +98,19 @@ class InferenceModel:
 
     @torch.no_grad()
     def core_score(self, prefix: Tensor, rows: Tensor, owner: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """CORE's scorer call: at each (r, j) of ``positions``, the loss of ``rows[r, j + 1]``,
-        the greedy prediction and the top-2 margin, from the log-probabilities."""
-        logprobs = self.logprobs_after(prefix, rows, owner)
-        r, j = positions[:, 0], positions[:, 1]
-        at = logprobs[r, j]
-        targets = rows[r, j + 1]
-        loss = -at.gather(1, targets.unsqueeze(1)).squeeze(1)
-        top = at.topk(2, dim=-1).values if at.size(-1) > 1 else torch.cat((at, at), dim=-1)
-        return loss, at.argmax(dim=-1), (top[:, 0] - top[:, 1]).float()
+        """CORE's scorer call (``scores_at`` of this file's log-probabilities)."""
+        return scores_at(self.logprobs_after(prefix, rows, owner), rows, positions)
+
+
+def scores_at(logprobs: Tensor, rows: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """CORE's scores from log-probabilities [R, S, vocab] of ``rows``: at each (r, j) of
+    ``positions``, the loss of ``rows[r, j + 1]``, the greedy prediction and the top-2 margin."""
+    r, j = positions[:, 0], positions[:, 1]
+    at = logprobs[r, j]
+    targets = rows[r, j + 1]
+    loss = -at.gather(1, targets.unsqueeze(1)).squeeze(1)
+    top = at.topk(2, dim=-1).values if at.size(-1) > 1 else torch.cat((at, at), dim=-1)
+    return loss, at.argmax(dim=-1), (top[:, 0] - top[:, 1]).float()
 
 
 def _checked(out: Any, leading: tuple[int, int], name: str) -> Tensor:

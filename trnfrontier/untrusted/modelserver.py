@@ -15,6 +15,15 @@ is ``uint32 little-endian header length, JSON header, payload of header["nbytes"
   verify -> server  {"op": "forward", "shape": [B, T]} + B*T int64 tokens
   server -> verify  {"shape": [B, T, V], "nbytes": n} + float32 logits, or {"error": "..."}
   verify -> server  {"op": "inspect"}  ->  {"hooks": [...], "training": [...], "attempts": [...]}
+
+With ``--inference-py`` (Phase 2) the server loads the model through the archive's
+inference.py instead (``load_model``; the interface trnf infers, ``contract/inference.py``)
+and answers, besides ``inspect``:
+
+  verify -> server  {"op": "logprobs", "shape": [B, T]} + B*T int64 tokens
+  server -> verify  {"shape": [B, T, V]} + float32 log-probabilities (next_token_logprobs)
+  verify -> server  {"op": "logprobs_after", "shapes": [[G, P], [R, S], [R]]} + prefix, rows, owner (int64)
+  server -> verify  {"shape": [R, S, V]} + float32 (next_token_logprobs_after, or the whole rows)
 """
 
 from __future__ import annotations
@@ -150,10 +159,19 @@ def _load(args):
     import torch
 
     prepare = _load_prepare(args.prepare)
+    if args.inference_py:
+        sys.addaudithook(_watch(_scratch_dirs()))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.inference_py)))
+        spec = importlib.util.spec_from_file_location("inference", args.inference_py)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["inference"] = module
+        spec.loader.exec_module(module)
+        for name in ("load_model", "next_token_logprobs"):
+            if not callable(getattr(module, name, None)):
+                raise AttributeError(f"inference.py does not define {name}")
+        return _Inference(module, module.load_model(args.checkpoint, torch.device("cpu"))), []
     before = _public(prepare) if prepare is not None else {}
-    # Its own scratch (HOME, TMPDIR) only: /tmp is a throwaway tmpfs, but nothing honest needs it.
-    allowed = tuple(os.path.abspath(p) + os.sep for p in (os.environ.get("HOME", "/nonexistent"), os.environ.get("TMPDIR", "/nonexistent"), "/dev/shm"))
-    sys.addaudithook(_watch(allowed))
+    sys.addaudithook(_watch(_scratch_dirs()))
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.train_py)))
     spec = importlib.util.spec_from_file_location("train", args.train_py)
     module = importlib.util.module_from_spec(spec)
@@ -166,9 +184,59 @@ def _load(args):
     return model, changed
 
 
+def _scratch_dirs() -> tuple:
+    """Its own scratch (HOME, TMPDIR) only: /tmp is a throwaway tmpfs, but nothing honest needs it."""
+    return tuple(os.path.abspath(p) + os.sep for p in (os.environ.get("HOME", "/nonexistent"), os.environ.get("TMPDIR", "/nonexistent"), "/dev/shm"))
+
+
+class _Inference:
+    """A model loaded through inference.py, and the module whose functions score with it."""
+
+    def __init__(self, module, model) -> None:
+        self.module, self.model = module, model
+
+    def answer(self, header: dict, payload: bytes):
+        import torch
+
+        flat = torch.frombuffer(bytearray(payload), dtype=torch.int64)
+        with torch.no_grad():
+            if header.get("op") == "logprobs":
+                batch, length = (int(v) for v in header["shape"])
+                return self.module.next_token_logprobs(self.model, flat.reshape(batch, length))
+            (g, p), (r, s), (r2,) = header["shapes"]
+            prefix, rows, owner = flat.split([g * p, r * s, r2])
+            prefix, rows = prefix.reshape(g, p), rows.reshape(r, s)
+            after = getattr(self.module, "next_token_logprobs_after", None)
+            if callable(after):
+                return after(self.model, prefix, rows, owner)
+            whole = torch.cat((prefix.index_select(0, owner), rows), dim=1) if p else rows
+            return self.module.next_token_logprobs(self.model, whole)[:, p:]
+
+
+def _serve_inference(served: _Inference, fd_in: int, fd_out: int) -> None:
+    import torch
+
+    while True:
+        header, payload = _receive(fd_in)
+        if header.get("op") == "inspect":
+            model = served.model
+            _send(fd_out, _inspect(model) if isinstance(model, torch.nn.Module) else {"hooks": [], "training": [], "attempts": list(_ATTEMPTS)})
+            continue
+        if header.get("op") not in ("logprobs", "logprobs_after"):
+            return
+        out = served.answer(header, payload)
+        if not isinstance(out, torch.Tensor):
+            _send(fd_out, {"error": f"inference.py returned {type(out).__name__}, not a tensor"})
+            return
+        out = out.detach().to("cpu", torch.float32).contiguous()
+        _send(fd_out, {"shape": list(out.shape), "shares_prefixes": callable(getattr(served.module, "next_token_logprobs_after", None))}, out.numpy().tobytes())
+
+
 def _serve(model, fd_in: int, fd_out: int) -> None:
     import torch
 
+    if isinstance(model, _Inference):
+        return _serve_inference(model, fd_in, fd_out)
     while True:
         header, payload = _receive(fd_in)
         if header.get("op") == "inspect":
@@ -192,6 +260,7 @@ def main() -> int:
     parser.add_argument("--train-py", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--prepare")
+    parser.add_argument("--inference-py")
     parser.add_argument("--fd-in", type=int, required=True)
     parser.add_argument("--fd-out", type=int, required=True)
     args = parser.parse_args()
@@ -200,7 +269,10 @@ def main() -> int:
 
         torch.manual_seed(0)
         model, changed = _load(args)
-        _send(args.fd_out, {"ready": True, "prepare_changed": changed, **_inspect(model)})
+        inspected = _inspect(model) if isinstance(model, torch.nn.Module) else {}
+        if isinstance(model, _Inference) and isinstance(model.model, torch.nn.Module):
+            inspected = _inspect(model.model)
+        _send(args.fd_out, {"ready": True, "prepare_changed": changed, **inspected})
     except BaseException as exc:  # report the failure as data; verify turns it into a check
         _send(args.fd_out, {"error": traceback.format_exception_only(type(exc), exc)[-1].strip()[:400]})
         return 1

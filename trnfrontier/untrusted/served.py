@@ -49,14 +49,18 @@ class ServedModel:
     # -- lifecycle -------------------------------------------------------------------
     @classmethod
     def start(cls, *, root: Path, checkpoint: Path, prepare: Path | None, scratch: Path,
-              timeout: float, sandboxed: bool, python: str | None = None, read_only: tuple[Path, ...] = ()) -> ServedModel:
+              timeout: float, sandboxed: bool, python: str | None = None, read_only: tuple[Path, ...] = (),
+              inference_py: Path | None = None) -> ServedModel:
         """Start the server on the archive extracted at ``root`` (read-only inside the sandbox;
-        ``read_only``: more paths it needs, such as a clean venv)."""
+        ``read_only``: more paths it needs, such as a clean venv). With ``inference_py`` the
+        model is the one that file loads (Phase 2), served through ``logprobs``."""
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         argv = [python or sys.executable, "-I", "-B", str(SERVER), "--train-py", str(root / "train.py"), "--checkpoint", str(checkpoint),
                 "--fd-in", str(to_r), "--fd-out", str(from_w)]
         visible = [root, SERVER, *read_only]
+        if inference_py is not None:
+            argv += ["--inference-py", str(inference_py)]
         if prepare is not None:
             argv += ["--prepare", str(prepare)]
             visible.append(prepare)
@@ -173,28 +177,53 @@ class ServedModel:
 
     def forward(self, idx: Any) -> Any:
         """Logits [B, T, V] (float32) for int tokens ``idx`` [B, T]."""
+        tokens = _int64(idx)
+        return self._exchange({"op": "forward", "shape": list(tokens.shape)}, tokens, list(tokens.shape), "forward")
+
+    def logprobs(self, idx: Any) -> Any:
+        """inference.py's next-token log-probabilities [B, T, V] for tokens ``idx`` [B, T]."""
+        tokens = _int64(idx)
+        return self._exchange({"op": "logprobs", "shape": list(tokens.shape)}, tokens, list(tokens.shape), "next_token_logprobs")
+
+    def logprobs_after(self, prefix: Any, rows: Any, owner: Any) -> Any:
+        """inference.py's log-probabilities [R, S, V] of ``prefix[owner[r]] + rows[r]`` at the rows' positions."""
         import torch
 
-        tokens = idx.detach().to("cpu", torch.int64).contiguous()
-        batch, length = tokens.shape
-        self._send({"op": "forward", "shape": [batch, length]}, tokens.numpy().tobytes())
+        parts = [_int64(prefix), _int64(rows), _int64(owner)]
+        header = {"op": "logprobs_after", "shapes": [list(t.shape) for t in parts]}
+        flat = torch.cat([t.reshape(-1) for t in parts])
+        return self._exchange(header, flat, list(parts[1].shape), "next_token_logprobs_after")
+
+    def _exchange(self, header: dict[str, Any], tokens: Any, leading: list[int], what: str) -> Any:
+        """Send ``header`` + int64 ``tokens``; the float32 [*leading, V] reply, judged before use."""
+        import torch
+
+        self._send(header, tokens.numpy().tobytes())
         # The shape is judged before a byte of payload is read: a lying server cannot make verify allocate.
-        header = self._header()
-        if "error" in header:
-            raise ServerError(f"forward failed: {str(header['error'])[:300]}")
-        shape = header.get("shape")
-        if not (isinstance(shape, list) and len(shape) == 3 and shape[:2] == [batch, length]
+        reply = self._header()
+        if "error" in reply:
+            raise ServerError(f"{what} failed: {str(reply['error'])[:300]}")
+        shape = reply.get("shape")
+        if not (isinstance(shape, list) and len(shape) == 3 and shape[:2] == leading
                 and isinstance(shape[2], int) and 1 <= shape[2] <= MAX_VOCAB):
-            raise ServerError(f"forward returned shape {str(shape)[:80]}, expected [{batch}, {length}, vocab <= {MAX_VOCAB}]")
-        if header.get("nbytes") != batch * length * shape[2] * 4:
-            raise ServerError("forward announced a payload that does not match its shape (protocol violation)")
-        payload = bytearray(self._read_exact(header["nbytes"]))
-        return torch.frombuffer(payload, dtype=torch.float32).reshape(batch, length, shape[2])
+            raise ServerError(f"{what} returned shape {str(shape)[:80]}, expected [{leading[0]}, {leading[1]}, vocab <= {MAX_VOCAB}]")
+        if reply.get("nbytes") != leading[0] * leading[1] * shape[2] * 4:
+            raise ServerError(f"{what} announced a payload that does not match its shape (protocol violation)")
+        if "shares_prefixes" in reply:
+            self.info["shares_prefixes"] = bool(reply["shares_prefixes"])
+        payload = bytearray(self._read_exact(reply["nbytes"]))
+        return torch.frombuffer(payload, dtype=torch.float32).reshape(leading[0], leading[1], shape[2])
 
     def inspect(self) -> dict[str, Any]:
         self._send({"op": "inspect"})
         header = self._message()
         return header
+
+
+def _int64(t: Any) -> Any:
+    import torch
+
+    return t.detach().to("cpu", torch.int64).contiguous()
 
 
 def remote_module(served: ServedModel) -> Any:

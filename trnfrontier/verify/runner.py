@@ -24,6 +24,7 @@ from trnfrontier import submission as fmt
 from trnfrontier.contract.budget import (
     account,
     cross_check,
+    for_phase,
     recorded_start,
     resumed_charge,
     trainer_log_charge,
@@ -36,6 +37,7 @@ from trnfrontier.contract.checkpoint import (
 )
 from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.contract.launch import Launch, LaunchError, parse_launch
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase, phase_of
 from trnfrontier.contract.pins import Pin, load_pins
 from trnfrontier.contract.steplog import HEADER, StepLogError, read_step_log
 from trnfrontier.errors import TrnfError
@@ -55,7 +57,9 @@ from trnfrontier.verify.statements import stated_over_budget
 RERUN_TOLERANCE = 1e-4
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
 # evaluation limit (EVAL_TIMEOUT_SECONDS = 1200) plus time to import and load on a CPU.
-DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0}
+DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0, "inference": 900.0}
+# A Phase 2 launch runs 64 or 128 ranks; the CPU dry run proves train.py on this many.
+DRY_RUN_MAX_RANKS = 4
 # Every check, in report order; the ones after GATE run archive code.
 CHECK_NAMES = ("extract", "manifest", "pin:prepare", "pin:tokenizer", "launch", "screen", "upload-size", "checkpoint", "budget", "contract")
 # A failure here marks the archive as malformed or hostile, so none of its code runs.
@@ -78,6 +82,9 @@ class Options:
     seed: int = field(default_factory=lambda: secrets.randbelow(1 << 31))
     # Set by verify_archive from sandbox.available().
     sandboxed: bool = True
+    # Phase 2: the CORE bundle the inference check scores a few items of (evaluate/core/fetch.py
+    # specs: a folder, zip, URL, pin file or "sample", the shipped format sample).
+    core_bundle: str = "sample"
 
     def limit(self, check: str) -> float:
         return self.timeout if self.timeout is not None else DEFAULT_TIMEOUTS[check]
@@ -110,13 +117,13 @@ def _pin_check(name: str, pin: Pin, claimed: Any, *, required: bool) -> Check:
     return passed(name, f"{pin.sha256[:16]}... matches ({pin.source})")
 
 
-def _launch_check(root: Path, manifest: dict[str, Any] | str) -> tuple[Check, Launch | None]:
+def _launch_check(root: Path, manifest: dict[str, Any] | str, phase: Phase) -> tuple[Check, Launch | None]:
     path = fmt.member_path(root, fmt.LAUNCH_TXT)
     if not path.is_file():
         return failed("launch", "launch.txt is missing"), None
     try:
         text = path.read_text(encoding="utf-8")
-        launch = parse_launch(text)
+        launch = parse_launch(text, phase)
     except UnicodeDecodeError:
         return failed("launch", "launch.txt is not UTF-8 text"), None
     except LaunchError as exc:
@@ -163,7 +170,7 @@ def _summary(root: Path) -> dict[str, Any] | str:
     return data if isinstance(data, dict) else f"{fmt.SUMMARY} is not a JSON object"
 
 
-def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
+def _budget_check(root: Path, prepare: ModuleType | None, phase: Phase) -> Check:
     """The step log under the organisers' accounting, cross-checked with the summary and the trainer log."""
     path = fmt.member_path(root, fmt.STEP_LOG)
     if not path.is_file():
@@ -175,6 +182,7 @@ def _budget_check(root: Path, prepare: ModuleType | None) -> Check:
     try:
         log = read_step_log(path, launch, source)
         acct, how = account(path, prepare, launch, source)
+        acct = for_phase(acct, phase)
     except (StepLogError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
     if log.lower_bound:
@@ -276,7 +284,12 @@ def _static_checks(report: Report, root: Path, extracted: Extracted, pins: Any, 
     meta = manifest if isinstance(manifest, dict) else {}
     report.add(_pin_check("pin:prepare", pins.prepare, meta.get("prepare_sha256"), required=True))
     report.add(_pin_check("pin:tokenizer", pins.tokenizer, meta.get("tokenizer_sha256"), required=pins.tokenizer.sha256 is not None))
-    launch_check, launch = _launch_check(root, manifest)
+    try:
+        phase = phase_of(meta)
+    except ValueError as exc:
+        phase = PHASES[DEFAULT_PHASE]
+        report.add(failed("manifest", f"manifest {exc}"))
+    launch_check, launch = _launch_check(root, manifest, phase)
     report.add(launch_check)
     findings, _ = screen_files(root, names)
     if findings:
@@ -291,7 +304,7 @@ def _static_checks(report: Report, root: Path, extracted: Extracted, pins: Any, 
         else passed("upload-size", f"every uploaded code file is under {fmt.PORTAL_FILE_LIMIT_BYTES:,} bytes")
     )
     report.add(_checkpoint_check(root, manifest))
-    report.add(_budget_check(root, trusted.module))
+    report.add(_budget_check(root, trusted.module, phase))
     if meta.get("forced"):
         report.notes.append(f"packaged with --force: {json.dumps(meta['forced'])}")
     return meta, launch
@@ -306,7 +319,9 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
                       trusted: _Trusted, options: Options, refusal: str | None, bar: Steps) -> None:
     """The checks that run archive code, each inside the sandbox, only once the gate has passed."""
     blocked = [name for name in GATE if not report.get(name) or report.get(name).verdict != "pass"]  # type: ignore[union-attr]
-    requested = ["contract"] + [n for n, on in (("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run)) if on]
+    phase = _phase(meta)
+    wanted = (("inference", phase.inference_py), ("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run))
+    requested = ["contract"] + [n for n, on in wanted if on]
     if blocked:
         for name in requested:
             report.add(skipped(name, f"not run: archive code executes only after {', '.join(blocked)} pass"))
@@ -318,6 +333,10 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
     bar.describe("contract probe: the archive's model served from the sandbox")
     contract = report.add(_contract_check(root, meta, trusted, options, tmp / "scratch-contract"))
     bar.advance()
+    if phase.inference_py:
+        bar.describe("inference.py: its log-probabilities against load_for_eval's, and a few CORE items through it")
+        for check in _inference_checks(root, meta, launch, phase, trusted, options, tmp / "scratch-inference", contract):
+            report.add(check)
     if options.rerun_eval:
         bar.describe("re-running the trusted evaluate_bpb on the archive's checkpoint")
         # A score is confirmed only for a model that keeps the contract (an acausal model's
@@ -332,10 +351,42 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
             return
         work = tmp / "dry-run"
         work.mkdir()
-        res = dry_run(root, names, work, nproc=launch.nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
+        # Phase 2's 64 or 128 ranks do not fit a CPU: the dry run proves train.py on a few.
+        nproc = launch.nproc if phase.number == DEFAULT_PHASE else min(launch.nproc, DRY_RUN_MAX_RANKS)
+        res = dry_run(root, names, work, nproc=nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
                       timeout=options.limit("dry-run"), sandboxed=options.sandboxed)
         report.add(passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason))
         report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
+
+
+def _phase(meta: dict[str, Any]) -> Phase:
+    """The phase the manifest declares (an unknown one was a manifest failure: Phase 1's rules)."""
+    try:
+        return phase_of(meta)
+    except ValueError:
+        return PHASES[DEFAULT_PHASE]
+
+
+def _inference_checks(root: Path, meta: dict[str, Any], launch: Launch | None, phase: Phase, trusted: _Trusted,
+                      options: Options, scratch: Path, contract: Check) -> list[Check]:
+    """Phase 2: inference.py against load_for_eval, and its CORE time (verify/inference_check.py)."""
+    from trnfrontier.verify.inference_check import InferenceSetup, inference_checks
+
+    if contract.verdict != "pass":
+        return [failed("inference", "refused: the contract probe failed, so load_for_eval is no reference to hold inference.py to")]
+    bundle, tokenizer, problem = None, None, ""
+    try:
+        from trnfrontier.evaluate.core.fetch import resolve
+
+        tokenizer = trusted.scorer.tokenizer() if trusted.scorer else None
+        bundle = resolve(options.core_bundle) if tokenizer is not None else None
+        problem = "" if tokenizer is not None else "no trusted tokenizer to render CORE items with"
+    except Exception as exc:  # noqa: BLE001 - no bundle or no tokenizer: the consistency check still runs
+        bundle, problem = None, f"CORE bundle {options.core_bundle!r}: {exc}"
+    setup = InferenceSetup(root=root, prepare=trusted.path, scratch=scratch, timeout=options.limit("inference"),
+                           sandboxed=options.sandboxed, seed=options.seed, tokenizer=tokenizer, bundle=bundle,
+                           crop=_claimed_seq_len(meta), bundle_problem=problem)
+    return inference_checks(setup, phase, launch.nproc if launch else phase.launch_shapes[0].nproc)
 
 
 def verify_archive(archive: Path, options: Options | None = None, progress: Steps | None = None) -> Report:

@@ -1,0 +1,184 @@
+"""Phase 2: does the archive's inference.py score with the trained model, and in time?
+
+Two sandboxed servers hold the archive's model: one loaded by train.py's ``load_for_eval``
+(the model val_bpb is scored from), one by inference.py's ``load_model`` (the model CORE
+is scored through). Every judgement below is made here, on their outputs; neither can see
+the other, and the probes are drawn afresh from ``seed`` for each verify run.
+
+- consistent: on random token rows and on rows of the CORE bundle, inference.py's
+  next-token distributions equal ``softmax(load_for_eval(...)(tokens))`` at every position:
+  the total variation distance (half the L1 distance of the two distributions, the
+  probability mass that moves) is at most ``TV_TOLERANCE``. Why 0.02: on a trained model,
+  float32 reorderings (a batch of one, the shared-prefix cache) move under 1e-6 and
+  bfloat16 inference at most 0.010, while one more optimizer step moved up to 0.59 and
+  weights 0.1% off 0.003 (measured; docs/phase2.md). Another model, another checkpoint of
+  a different run, or answers from a table fail it; random probes defeat any answer cache.
+- causal and batch independent: a position's distribution does not move when later tokens
+  change, nor with the rest of the batch (same tolerance).
+- core-time: a small CORE run (``CORE_ITEMS_PER_TASK`` items per task of the bundle) through
+  inference.py with ``evaluate/core``, projected to the whole bundle at the launch's ranks
+  against Phase 2's 60-minute limit. Measured on this CPU, so it errs long: over the limit
+  here is reported, not failed (run ``trnf eval --core`` on the target to know).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trnfrontier import submission as fmt
+from trnfrontier.contract.phases import Phase
+from trnfrontier.untrusted.served import ServedModel, ServerError
+from trnfrontier.verify.report import Check, failed, passed, skipped
+
+TV_TOLERANCE = 0.02
+PROBE_ROWS, PROBE_LENGTH = 4, 48
+CORE_ITEMS_PER_TASK = 4
+# Bundle batches whose log-probabilities are compared with the reference's (memory bound).
+COMPARED_BATCHES = 3
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest total variation distance between two [..., vocab] log-probability tensors."""
+    if a.shape != b.shape:
+        return float("inf")
+    return float(0.5 * (a.exp() - b.exp()).abs().sum(-1).max()) if a.numel() else 0.0
+
+
+@dataclass
+class Judge:
+    """The worst distance seen per judgement, and where."""
+
+    worst: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    def see(self, what: str, distance: float, where: str) -> None:
+        if distance > self.worst.get(what, (-1.0, ""))[0]:
+            self.worst[what] = (distance, where)
+
+    def failures(self) -> list[str]:
+        return [f"{what} off by TV {d:.3g} at {where} (tolerance {TV_TOLERANCE})"
+                for what, (d, where) in self.worst.items() if not d <= TV_TOLERANCE]
+
+    def summary(self) -> str:
+        return ", ".join(f"{what} TV <= {d:.2g}" for what, (d, _) in self.worst.items())
+
+
+def probe_rows(vocab: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (PROBE_ROWS, PROBE_LENGTH), generator=gen)
+
+
+def judge_probes(reference: ServedModel, inference: ServedModel, vocab: int, seed: int, judge: Judge) -> None:
+    """Consistency, causality and batch independence on random rows."""
+    rows = probe_rows(vocab, seed)
+    mine = inference.logprobs(rows)
+    judge.see("consistent with load_for_eval", total_variation(mine, log_softmax(reference.forward(rows))), "random probe rows")
+    cut = random.Random(seed).randrange(1, PROBE_LENGTH)
+    changed = rows.clone()
+    changed[:, cut:] = (changed[:, cut:] + 1) % vocab
+    judge.see("causal", total_variation(inference.logprobs(changed)[:, :cut], mine[:, :cut]), f"cut {cut}")
+    alone = torch.cat([inference.logprobs(rows[i : i + 1]) for i in range(PROBE_ROWS)])
+    judge.see("batch independent", total_variation(alone, mine), "rows alone vs in a batch")
+
+
+class RemoteInference:
+    """CORE's scoring protocol (``evaluate/core/protocol.py``) over the served inference.py,
+    keeping a few batches to compare with the reference afterwards."""
+
+    def __init__(self, inference: ServedModel) -> None:
+        self.inference = inference
+        self.shares_prefixes = bool(inference.info.get("shares_prefixes", True))
+        self.kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def core_score(self, prefix: torch.Tensor, rows: torch.Tensor, owner: torch.Tensor, positions: torch.Tensor) -> Any:
+        from trnfrontier.contract.inference import scores_at
+
+        logprobs = self.inference.logprobs_after(prefix, rows, owner)
+        if len(self.kept) < COMPARED_BATCHES:
+            self.kept.append((prefix, rows, owner, logprobs))
+        return scores_at(logprobs, rows, positions)
+
+
+def judge_bundle(reference: ServedModel, remote: RemoteInference, judge: Judge) -> None:
+    for i, (prefix, rows, owner, logprobs) in enumerate(remote.kept):
+        whole = torch.cat((prefix.index_select(0, owner), rows), dim=1) if prefix.size(1) else rows
+        expected = log_softmax(reference.forward(whole))[:, prefix.size(1) :]
+        judge.see("consistent with load_for_eval", total_variation(logprobs, expected), f"CORE bundle batch {i + 1}")
+
+
+@dataclass(frozen=True)
+class InferenceSetup:
+    root: Path
+    prepare: Path | None
+    scratch: Path
+    timeout: float
+    sandboxed: bool
+    seed: int
+    tokenizer: Any  # the trusted prepare.py's, for rendering CORE items
+    bundle: Any  # evaluate.core.fetch.ResolvedBundle, or None: no CORE run (and no projection)
+    crop: int  # CORE rows are cropped to this context (the claimed evaluation length)
+    bundle_problem: str = ""  # why there is no bundle, when there is none
+
+
+def _start(setup: InferenceSetup, name: str, inference_py: Path | None) -> ServedModel:
+    scratch = setup.scratch / name
+    scratch.mkdir(parents=True)
+    return ServedModel.start(root=setup.root, checkpoint=fmt.member_path(setup.root, fmt.EVAL_CHECKPOINT),
+                             prepare=setup.prepare, scratch=scratch, timeout=setup.timeout,
+                             sandboxed=setup.sandboxed, inference_py=inference_py)
+
+
+def inference_checks(setup: InferenceSetup, phase: Phase, nproc: int) -> list[Check]:
+    """The ``inference`` check (consistency, causality, batch independence) and ``core-time``."""
+    path = fmt.member_path(setup.root, fmt.INFERENCE_PY)
+    if not path.is_file():
+        return [failed("inference", f"Phase {phase.number} archives carry inference.py (the wrapper CORE runs through); none here")]
+    judge, report = Judge(), None
+    try:
+        with _start(setup, "reference", None) as reference, _start(setup, "inference", path) as inference:
+            vocab = int(reference.forward(torch.zeros(1, 1, dtype=torch.long)).shape[-1])
+            judge_probes(reference, inference, vocab, setup.seed, judge)
+            if setup.bundle is not None:
+                report = _mini_core(setup, inference, reference, judge)
+    except ServerError as exc:
+        return [failed("inference", f"inference.py or load_for_eval failed (in the sandbox): {exc}"), _no_time("inference.py did not run")]
+    bad = judge.failures()
+    consistency = failed("inference", "; ".join(bad)) if bad else passed(
+        "inference", f"inference.py matches load_for_eval ({judge.summary()}; tolerance {TV_TOLERANCE}; seed {setup.seed})")
+    return [consistency, _time_check(report, phase, nproc) if report else _no_time(setup.bundle_problem or "no CORE bundle")]
+
+
+def _mini_core(setup: InferenceSetup, inference: ServedModel, reference: ServedModel, judge: Judge) -> dict[str, Any]:
+    from trnfrontier.evaluate.core.run import CoreOptions, evaluate_core
+
+    remote = RemoteInference(inference)
+    options = CoreOptions(max_per_task=CORE_ITEMS_PER_TASK, crop=setup.crop, crop_source="the claimed eval_seq_len")
+    report = evaluate_core(setup.bundle, remote, setup.tokenizer, torch.device("cpu"), options)
+    judge_bundle(reference, remote, judge)
+    return report
+
+
+def _no_time(why: str) -> Check:
+    return skipped("core-time", f"no CORE time projection: {why}", required=False)
+
+
+def _time_check(report: dict[str, Any], phase: Phase, nproc: int) -> Check:
+    projection = report["projection"]
+    limit = float(phase.core_timeout_seconds or projection["limit_seconds"])
+    at = projection["seconds_at_ranks"].get(str(nproc))
+    if at is None:
+        return _no_time(f"the projection has no figure for {nproc} ranks")
+    line = (f"{CORE_ITEMS_PER_TASK} items per task through inference.py, projected to the bundle's "
+            f"{projection['items_in_bundle']:,} items at {nproc} ranks: {at / 60:.1f} min of the {limit / 60:.0f}-minute limit "
+            f"(bundle {report['bundle']}, measured on this CPU in the sandbox)")
+    if at <= limit:
+        return passed("core-time", line)
+    return skipped("core-time", line + "; over here, but a CPU measurement errs long: run `trnf eval --core` on the target", required=False)
