@@ -320,7 +320,7 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
     """The checks that run archive code, each inside the sandbox, only once the gate has passed."""
     blocked = [name for name in GATE if not report.get(name) or report.get(name).verdict != "pass"]  # type: ignore[union-attr]
     phase = _phase(meta)
-    wanted = (("inference", phase.inference_py), ("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run))
+    wanted = (("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run), ("inference", phase.inference_py))
     requested = ["contract"] + [n for n, on in wanted if on]
     if blocked:
         for name in requested:
@@ -333,10 +333,6 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
     bar.describe("contract probe: the archive's model served from the sandbox")
     contract = report.add(_contract_check(root, meta, trusted, options, tmp / "scratch-contract"))
     bar.advance()
-    if phase.inference_py:
-        bar.describe("inference.py: its log-probabilities against load_for_eval's, and a few CORE items through it")
-        for check in _inference_checks(root, meta, launch, phase, trusted, options, tmp / "scratch-inference", contract):
-            report.add(check)
     if options.rerun_eval:
         bar.describe("re-running the trusted evaluate_bpb on the archive's checkpoint")
         # A score is confirmed only for a model that keeps the contract (an acausal model's
@@ -346,17 +342,24 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
         bar.advance()
     if options.dry_run:
         bar.describe(f"dry run: train.py for {options.dry_run_steps} steps under torchrun in the sandbox")
-        if launch is None:
-            report.add(skipped("dry-run", "not run: launch.txt did not parse"))
-            return
-        work = tmp / "dry-run"
-        work.mkdir()
-        # Phase 2's 64 or 128 ranks do not fit a CPU: the dry run proves train.py on a few.
-        nproc = launch.nproc if phase.number == DEFAULT_PHASE else min(launch.nproc, DRY_RUN_MAX_RANKS)
-        res = dry_run(root, names, work, nproc=nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
-                      timeout=options.limit("dry-run"), sandboxed=options.sandboxed)
-        report.add(passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason))
+        report.add(_dry_run_check(root, names, tmp / "dry-run", launch, phase, trusted, options))
         report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
+    if phase.inference_py:
+        bar.describe("inference.py: its log-probabilities against load_for_eval's, and a few CORE items through it")
+        for check in _inference_checks(root, meta, launch, phase, trusted, options, tmp / "scratch-inference", contract):
+            report.add(check)
+
+
+def _dry_run_check(root: Path, names: list[str], work: Path, launch: Launch | None, phase: Phase, trusted: _Trusted,
+                   options: Options) -> Check:
+    if launch is None:
+        return skipped("dry-run", "not run: launch.txt did not parse")
+    work.mkdir()
+    # Phase 2's 64 or 128 ranks do not fit a CPU: the dry run proves train.py on a few.
+    nproc = launch.nproc if phase.number == DEFAULT_PHASE else min(launch.nproc, DRY_RUN_MAX_RANKS)
+    res = dry_run(root, names, work, nproc=nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
+                  timeout=options.limit("dry-run"), sandboxed=options.sandboxed)
+    return passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason)
 
 
 def _phase(meta: dict[str, Any]) -> Phase:
