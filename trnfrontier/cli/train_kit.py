@@ -19,6 +19,7 @@ from rich.text import Text
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.hints import trnf_line
+from trnfrontier.kit.console import ConsoleView
 from trnfrontier.kit.dryrun import STAGES, DryRunReport, dry_run_kit
 from trnfrontier.kit.train_kit import (
     KitInterrupted,
@@ -29,6 +30,7 @@ from trnfrontier.kit.train_kit import (
     validate_shape,
 )
 from trnfrontier.progress import steps as progress_steps
+from trnfrontier.runtime.rundir import CRASHED
 
 DRY_RUN_TIMEOUT_SECONDS = 600.0
 
@@ -87,7 +89,8 @@ def _stage_table(report: DryRunReport) -> Table:
 def _train(options: KitOptions, json_output: bool) -> KitRun:
     live = err()
     try:
-        run = train_kit(options, on_line=lambda line: live.print(Text(line)))
+        # The script's own lines live; tracebacks and torchrun's reports stay in the run's logs.
+        run = train_kit(options, on_line=ConsoleView(lambda line: live.print(Text(line))))
     except KitInterrupted as stopped:
         live.print(
             f"interrupted: every process of the run was stopped ({stopped.run_dir / 'summary.json'} says how far it got); "
@@ -113,7 +116,8 @@ def kit_command(
     if not dry_run:
         run = _train(KitOptions(train_py, nproc, lnc, out_dir, timeout, tuple(args)), json_output)
         if run.problems:
-            _print_tail(err(), run.failure_log, run.failure_tail)
+            if run.summary.get("status") != CRASHED:  # a crash's traceback is in the log its line names
+                _print_tail(err(), run.failure_log, run.failure_tail)
             more = f" (+{len(run.problems) - 1} more in {run.run_dir / 'summary.json'})" if len(run.problems) > 1 else ""
             raise TrnfError(run.problems[0] + more, exit_code=run.exit_code)
         from trnfrontier.packaging.run_report import report_finished_run

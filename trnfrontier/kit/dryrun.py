@@ -183,7 +183,7 @@ def dry_run_kit(train_py: Path, work: Path, *, nproc: int, lnc: int, steps: int,
         crashed, exited = False, f"finished (rank {aborted} then aborted in Python's shutdown: {logs.ABORT_WITHOUT_EXCEPTION})"
     elif crashed:
         rank, report.failure_log, report.failure_tail = logs.failure(outcome.console, rank_logs, work / "logs" / "console.log")
-        why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.last_error_line(report.failure_tail)[:240]}"
+        why = f"rank {rank} failed (torchrun exit {outcome.exit_code}): {logs.shorten(logs.last_error_line(report.failure_tail))}"
     elif outcome.timed_out:
         report.failure_log = work / "logs" / "console.log"
         report.failure_tail = logs.tail(report.failure_log)

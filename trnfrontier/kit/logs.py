@@ -240,6 +240,14 @@ def tail(path: Path, lines: int = 12) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
+def shorten(text: str, limit: int = 1000) -> str:
+    """``text`` whole, or, beyond ``limit`` characters, cut at a word with an ellipsis: a
+    message quoting a script's error is one readable line, never cut mid-word."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0] + " …"
+
+
 def last_error_line(lines: list[str]) -> str:
     """The line that names the exception (``ValueError: ...``), else the last line."""
     bare = [strip_prefix(line).strip() for line in lines]

@@ -248,7 +248,9 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
                 outcome.console, seen.rank_logs, run.run_dir / "logs" / "console.log")
             line = logs.last_error_line(run.failure_tail)
             where = f"on rank {failed_rank}" if failed_rank is not None else "under torchrun"
-            run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): {line[:300]}")
+            # The exception's whole line (cut, if ever, at a word), and where its traceback is.
+            run.problems.append(f"train.py crashed {where} (torchrun exit {outcome.exit_code}): "
+                                f"{logs.shorten(line)} (traceback: {run.failure_log})")
     nan_step = seen.printed.non_finite_loss_step()
     if nan_step is not None or seen.facts.get("non_finite"):
         status = DIVERGED if status == COMPLETED else status
