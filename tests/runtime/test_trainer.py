@@ -448,3 +448,12 @@ def test_a_second_interrupt_or_nothing_to_save_stops_at_once() -> None:
         request(signal.SIGINT, None)  # the second one
     with pytest.raises(KeyboardInterrupt):
         StopRequest(lambda: 0)(signal.SIGINT, None)  # no step since the last checkpoint
+
+
+def test_every_startup_step_is_logged_whatever_log_every_steps_says(sample_home: Path, tmp_path: Path) -> None:
+    """A short run showed 2-4 lines with log_every_steps 10: its first steps (the compile,
+    the warm-up) are logged one by one, then every log_every_steps, and the last."""
+    recipe = tiny_recipe("run.log_every_steps=10", "budget.startup_steps_excluded=3", "budget.max_steps=12", "eval.final=false")
+    train(recipe, tmp_path / "run", time_fn=FakeClock())
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 10, 12]

@@ -172,4 +172,61 @@ def test_the_final_evaluation_phase_is_shown(sample_home: Path, tmp_path: Path, 
     assert "final evaluation: 2,048 tokens" in err
     assert err.index("step 1  loss 9.0000") < err.index("final evaluation:")  # in the order they happened
     watch = supervise.PhaseWatch(plan.run_dir / "train.log")
-    assert watch.read() is None  # only lines written after it started count
+    assert watch.read() == []  # only lines written after it started count
+
+
+def _stand_in(tmp_path: Path, body: str) -> Path:
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent("""
+        import json, sys, time
+        from pathlib import Path
+        run = Path(sys.argv[1])
+        def record(step, **extra):
+            with open(run / "metrics.jsonl", "a") as m:
+                m.write(json.dumps({"step": step, "loss": 9.0, "lr": 0.1, "charged_seconds": step, **extra}) + "\\n")
+    """) + textwrap.dedent(body))
+    return worker
+
+
+def test_the_compile_is_a_phase_with_its_elapsed_time(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outside's case: nothing reached the console during the first step's compile
+    (77-236 s); the note went only to train.log. Off a terminal, the phase line comes at
+    once and, while nothing new comes, again with the time so far."""
+    monkeypatch.setattr(supervise, "PLAIN_QUIET_SECONDS", 0.3)
+    worker = _stand_in(tmp_path, """
+        print("compiling: the first step compiles the training step (torch.compile; cache /c)", flush=True)
+        time.sleep(1.5)
+        print("first step 1.5 s (includes torch.compile)", flush=True)
+        record(1, startup=True)
+        time.sleep(0.3)
+        (run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": 1.5}))
+    """)
+    plan = planning.plan_new_run("cpu_smoke", [], out=tmp_path / "run")
+    plan.command = [sys.executable, str(worker), str(plan.run_dir)]
+    supervise.run_plan(plan, live=True, poll_seconds=0.05)
+    lines = capsys.readouterr().err.splitlines()
+    compiling = [i for i, line in enumerate(lines) if line.startswith("compiling: the first step compiles")]
+    assert compiling and any(line.endswith("s so far)") for line in lines[compiling[0] + 1:]), lines
+    assert lines.index("first step 1.5 s (includes torch.compile)") > compiling[-1]
+    assert any(line.startswith("step 1  loss 9.0000") and line.endswith("(startup, not charged)") for line in lines)
+
+
+def test_a_resumed_run_shows_its_steps(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The outside's case: after --resume the console showed no step lines (the trainer cuts
+    metrics.jsonl back to its checkpoint, and the tail waited past the old end)."""
+    run = _interrupted_run(tmp_path)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0, "lr": 0.1}) + "\n" for s in range(1, 31)))
+    _add_checkpoint(run, 20)
+    worker = _stand_in(tmp_path, """
+        from trnfrontier.runtime.metrics import truncate_after
+        truncate_after(run / "metrics.jsonl", 20)  # what the resumed trainer does first
+        for step in (21, 22):
+            record(step)
+        (run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": 1.5}))
+    """)
+    plan = planning.plan_resume(run, [])
+    plan.command = [sys.executable, str(worker), str(run)]
+    supervise.run_plan(plan, live=True, poll_seconds=0.05)
+    assert "step 22  loss 9.0000  charged 22/" in capsys.readouterr().err

@@ -56,8 +56,11 @@ MANIFEST_FILE = "manifest.json"  # size and SHA256 of each file above (runtime/i
 # A kit-style train.py (and a generated one) writes out/final.pt relative to its own directory.
 KIT_OUT_DIR = "out"
 
-# The trainer prints a line starting with this when the final evaluation begins; `trnf
-# train` watches train.log for it to show that phase (minutes with no new metrics).
+# The trainer prints a line starting with one of these when a long phase with no new metrics
+# begins (the first step's compile, the final evaluation) or ends (the first step); `trnf
+# train` watches train.log for them to show the phase and its elapsed time.
+COMPILE_MARK = "compiling:"
+FIRST_STEP_MARK = "first step "
 FINAL_EVAL_MARK = "final evaluation:"
 
 # Where record_step_boundary appends (prepare.py reads the same variable).

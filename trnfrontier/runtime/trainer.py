@@ -50,9 +50,11 @@ from trnfrontier.runtime.metrics import MetricsWriter, truncate_after
 from trnfrontier.runtime.prepare_loader import load_prepare, sha256_file
 from trnfrontier.runtime.recipe import EvalSpec, RecipeError, ResolvedRecipe
 from trnfrontier.runtime.rundir import (
+    COMPILE_MARK,
     COMPLETED,
     DIVERGED,
     FINAL_EVAL_MARK,
+    FIRST_STEP_MARK,
     INTERRUPTED,
     METRICS_FILE,
     STEP_LOG_ENV,
@@ -384,6 +386,10 @@ class Trainer:
             return None
         clock, loaders = loop.clock, loop.loaders
         max_loss = float(self.recipe.run.max_loss)
+        if self.first_step_seconds is None and self.main and self.compiled:
+            # Minutes without a step on a cold cache: say what they are spent on.
+            cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "torch's default")
+            print(f"{COMPILE_MARK} the first step compiles the training step (torch.compile; cache {cache})", flush=True)
         clock.step_started()
         loop.lrm = self.parts.schedule(self.step, self._progress(clock))
 
@@ -411,8 +417,7 @@ class Trainer:
         """The first step of a process carries the compile cost: say it once."""
         self.first_step_seconds = seconds
         if self.main and self.compiled:
-            cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "torch's default")
-            print(f"first step {seconds:.1f} s (includes torch.compile; cache {cache})", flush=True)
+            print(f"{FIRST_STEP_MARK}{seconds:.1f} s (includes torch.compile)", flush=True)
 
     def _diverged(self, loop: _Loop, loss: float, max_loss: float) -> None:
         # The update from this loss was never applied: the weights are still those that
@@ -445,7 +450,10 @@ class Trainer:
         if interrupted:  # Ctrl-C on any rank: this step's checkpoint, then stop
             return self._interrupted(loop, result)
         record: dict[str, Any] = {}
-        if self.step % run_cfg.log_every_steps == 0 or stop or eval_due:
+        # Every startup step too: a short run's first steps (compile, warm-up) are where a
+        # person watches for signs of life.
+        startup = self.step <= self.recipe.budget.startup_steps_excluded
+        if self.step % run_cfg.log_every_steps == 0 or startup or stop or eval_due:
             record = self._record(loop, result.loss, now)
         if eval_due and not stop:
             record["val_bpb"] = self._evaluate()["val_bpb"]

@@ -30,10 +30,13 @@ from trnfrontier.hints import trnf_line
 from trnfrontier.runtime import runlock
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
+from trnfrontier.runtime.metrics import truncate_after
 from trnfrontier.runtime.rundir import (
+    COMPILE_MARK,
     COMPLETED,
     DIVERGED,
     FINAL_EVAL_MARK,
+    FIRST_STEP_MARK,
     INTERRUPTED,
     LOG_FILE,
     METRICS_FILE,
@@ -42,7 +45,7 @@ from trnfrontier.runtime.rundir import (
     read_summary,
     write_crash_summary,
 )
-from trnfrontier.train.interrupted import clear_stopped_run
+from trnfrontier.train.interrupted import checkpoint_meta, clear_stopped_run
 from trnfrontier.train.plan import RunPlan
 
 # How long the workers get to exit after SIGTERM before SIGKILL.
@@ -82,9 +85,16 @@ class MetricsTail:
         return records
 
 
+# Phases that last minutes with no new metrics: the line that starts each one, and the
+# line that ends the first (the first step done; the final evaluation ends with the run).
+_PHASE_STARTS = (COMPILE_MARK, FINAL_EVAL_MARK)
+_PHASE_ENDS = (FIRST_STEP_MARK,)
+
+
 class PhaseWatch:
-    """The worker's announced phase (the final evaluation) from new lines of train.log:
-    minutes in which metrics.jsonl gets nothing new, so the live view says what is going on."""
+    """The worker's announced phase (the first step's compile, the final evaluation) from
+    new lines of train.log: minutes in which metrics.jsonl gets nothing new, so the view
+    says what is going on and for how long."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -92,23 +102,28 @@ class PhaseWatch:
         self.phase: str | None = None
         self.since: float | None = None
 
-    def read(self) -> str | None:
-        """The phase line when one appeared since the last call, else None."""
+    def read(self) -> list[str]:
+        """The phase lines (starts and ends) that appeared since the last call, in order."""
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
                 chunk = handle.read()
         except FileNotFoundError:
-            return None
+            return []
         complete = chunk[: chunk.rfind(b"\n") + 1]
         self.offset += len(complete)
-        found = None
+        found = []
         for line in complete.decode("utf-8", "replace").splitlines():
-            if line.startswith(FINAL_EVAL_MARK):
-                found = line.strip()
-        if found is not None:
-            self.phase, self.since = found, time.time()
+            if line.startswith(_PHASE_STARTS):
+                self.phase, self.since = line.strip(), time.time()
+                found.append(line.strip())
+            elif line.startswith(_PHASE_ENDS):
+                self.phase, self.since = None, None
+                found.append(line.strip())
         return found
+
+    def elapsed(self) -> float:
+        return time.time() - (self.since or time.time())
 
 
 def live_view(
@@ -124,12 +139,10 @@ def live_view(
     table.add_column()
     table.add_row("run", str(run_dir))
     if phase is not None and phase.phase is not None:
-        table.add_row("status", f"{phase.phase} ({time.time() - (phase.since or started):.0f} s)")
+        table.add_row("status", f"{phase.phase} ({phase.elapsed():.0f} s)")
+    elif not last:
+        table.add_row("status", f"starting ({time.time() - started:.0f} s): imports, data, the first step")
     if not last:
-        table.add_row(
-            "status",
-            f"starting ({time.time() - started:.0f} s): imports, data, first step compiles",
-        )
         return table
     charged = last.get("charged_seconds") or 0.0
     table.add_row(
@@ -179,9 +192,16 @@ def run_plan(
         lock.release()
 
 
+# Off a terminal (CI, a pipe): a step line at most this often, so a short run shows its
+# progress and a long one does not flood the log; and a line at least this often while
+# nothing new happens (a compile, the final evaluation), saying so with the time it took.
+PLAIN_STEP_SECONDS = 5.0
+PLAIN_QUIET_SECONDS = 30.0
+
+
 class _Follower:
-    """What `trnf train` shows while its worker runs: a live view on a terminal, else a
-    plain line now and then (CI, a pipe); every new metrics record goes to ``on_record``."""
+    """What `trnf train` shows while its worker runs: a live view on a terminal, else plain
+    lines (CI, a pipe); every new metrics record goes to ``on_record``."""
 
     def __init__(
         self, run_dir: Path, budget: float, live: bool, on_record: Callable[[dict[str, Any]], None] | None
@@ -221,26 +241,38 @@ class _Follower:
             if self.on_record is not None:
                 self.on_record(record)
         announced = self.watch.read()
-        last = self.last
         if self.display is not None:
-            self.display.update(live_view(last, self.budget, self.run_dir, self.started, self.best_val, self.watch))
-            return
-        if not self.live:
-            return
-        # The last step before a phase announcement first, so the lines read in order.
-        if (
-            last is not None
-            and last["step"] != self.noted_step
-            and (finished or announced is not None or time.time() - self.last_note >= 30)
+            self.display.update(live_view(self.last, self.budget, self.run_dir, self.started, self.best_val, self.watch))
+        elif self.live:
+            self._plain(finished, announced)
+
+    def _plain(self, finished: bool, announced: list[str]) -> None:
+        """Off a terminal: the latest step (at most every PLAIN_STEP_SECONDS, and before a
+        phase line, so the lines read in order), each phase line, and while nothing new comes
+        for PLAIN_QUIET_SECONDS, what is going on and for how long."""
+        now, last = time.time(), self.last
+        if last is not None and last["step"] != self.noted_step and (
+            finished or announced or now - self.last_note >= PLAIN_STEP_SECONDS
         ):
             loss = last.get("loss")
+            startup = "  (startup, not charged)" if last.get("startup") else ""
             self.console.print(
                 f"step {last['step']}  loss {'nan' if loss is None else f'{loss:.4f}'}  "
-                f"charged {last.get('charged_seconds') or 0:.0f}/{self.budget:g} s"
+                f"charged {last.get('charged_seconds') or 0:.0f}/{self.budget:g} s{startup}"
             )
-            self.last_note, self.noted_step = time.time(), last["step"]
-        if announced is not None:
-            self.console.print(announced)
+            self.last_note, self.noted_step = now, last["step"]
+        for line in announced:
+            self.console.print(line)
+            self.last_note = now
+        if finished or now - self.last_note < PLAIN_QUIET_SECONDS:
+            return
+        if self.watch.phase is not None:
+            self.console.print(f"{self.watch.phase} ({self.watch.elapsed():.0f} s so far)")
+        elif last is None:
+            self.console.print(f"starting ({now - self.started:.0f} s): imports, data, the first step")
+        else:
+            self.console.print(f"step {last['step']} is the latest ({now - self.last_note:.0f} s without a new record)")
+        self.last_note = now
 
 
 def _run_locked(
@@ -260,6 +292,8 @@ def _run_locked(
         (run_dir / SUMMARY_FILE).stat().st_mtime_ns if (run_dir / SUMMARY_FILE).exists() else None
     )
     env = {**os.environ, **plan.env, **lock_env}
+    if plan.resume:
+        _cut_metrics_to_checkpoint(run_dir)
     follow = _Follower(run_dir, plan.recipe.budget.seconds, live, on_record)
     with open(run_dir / LOG_FILE, "ab") as log:
         log.write(f"$ {' '.join(plan.command)}\n".encode())
@@ -299,6 +333,15 @@ def _run_locked(
             finally:
                 follow.stop()
     return _worker_summary(plan, proc.returncode, previous_summary)
+
+
+def _cut_metrics_to_checkpoint(run_dir: Path) -> None:
+    """What the resumed trainer does first (drop the records past its checkpoint's step),
+    done here before it starts, so that the live view follows from the right place."""
+    latest = latest_checkpoint(run_dir)
+    step = checkpoint_meta(latest).get("step") if latest is not None else None
+    if isinstance(step, int):
+        truncate_after(run_dir / METRICS_FILE, step)
 
 
 def _worker_summary(plan: RunPlan, returncode: int, previous_summary: int | None) -> dict[str, Any]:
