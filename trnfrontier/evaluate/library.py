@@ -30,6 +30,7 @@ from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
 from trnfrontier.runtime.integrity import DamagedFileError, check_file, check_weights
 from trnfrontier.runtime.prepare_calls import constant, missing_names
 from trnfrontier.runtime.rundir import FINAL_DIR, RECIPE_FILE, SUMMARY_FILE
+from trnfrontier.submission import INFERENCE_PY
 from trnfrontier.trusted_prepare import load_contract
 
 # Seconds the worker may spend beyond the evaluation timeout before it is killed: model
@@ -129,6 +130,7 @@ def recorded_settings(path: Path) -> dict[str, Any]:
         elif eval_section.get(key):
             found[key] = int(eval_section[key])
             found[f"{key}_source"] = "recipe recorded with the checkpoint"
+    found["phase"] = recipe.get("phase", 1)
     model_section: dict[str, Any] = recipe["model"] if isinstance(recipe.get("model"), dict) else {}
     if model_section.get("sequence_len"):
         found["train_seq_len"] = int(model_section["sequence_len"])
@@ -174,7 +176,21 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
         recorded_shas=recorded.get("shas") if target.train_py else None,
         nproc=options.nproc,
         core=options.core.job(options.seq_len, recorded.get("train_seq_len"), int(constant(prepare, "EVAL_SEQ_LEN"))) if options.core else None,
+        inference_py=core_inference_py(target, recorded) if options.core else None,
     )
+
+
+def core_inference_py(target: Target, recorded: dict[str, Any]) -> str | None:
+    """The inference.py CORE runs through, as the Phase 2 scorer would: a kit train.py's
+    sibling inference.py; for a Phase 2 run, the one `trnf package` ships with it."""
+    if target.train_py is not None:
+        beside = target.train_py.parent / INFERENCE_PY
+        return str(beside) if beside.is_file() else None
+    if recorded.get("phase", 1) != 1:
+        from trnfrontier.packaging.inference_py import TEMPLATE
+
+        return str(TEMPLATE)
+    return None
 
 
 def check_paths(targets: list[Target]) -> None:

@@ -35,6 +35,9 @@ class WorkerSpec:
     nproc: int = 1  # processes (torchrun) sharing CORE's items and the validation rows
     core: dict[str, Any] | None = None  # evaluate.core.job.CoreJob.to_dict(): also score CORE
     progress_file: str | None = None  # where the worker writes its progress for the parent
+    # Phase 2: CORE runs through this inference.py (a Phase 2 run's: the one trnf writes;
+    # a kit train.py's: the inference.py beside it), not the model's forward.
+    inference_py: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

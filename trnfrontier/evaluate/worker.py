@@ -320,8 +320,26 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
     if spec.sample_tokens and distributed.dist_info().is_main:
         result["samples"] = _samples(spec, model, tokenizer, seq_len, device)
     if spec.core is not None:
-        result["core"] = _core(spec, model, tokenizer, device)
+        scorer = _through_inference_py(spec, checkpoint, device) if spec.inference_py else model
+        result["core"] = _core(spec, scorer, tokenizer, device)
+        if spec.inference_py:
+            result["core"]["through"] = f"inference.py ({spec.inference_py})"
     return result
+
+
+def _through_inference_py(spec: WorkerSpec, checkpoint: Path, device: torch.device) -> Any:
+    """The checkpoint loaded through inference.py, speaking CORE's scoring protocol; a trnf
+    checkpoint has no train.py beside it: its load_for_eval is ``runtime.checkpoint``'s."""
+    from trnfrontier.contract.inference import InferenceError, load_inference
+    from trnfrontier.runtime import checkpoint as trnf_checkpoint
+
+    train_module = None if spec.train_py else trnf_checkpoint
+    try:
+        return load_inference(Path(spec.inference_py or ""), checkpoint, device, train_module=train_module)
+    except InferenceError as exc:
+        raise WorkerError("load", str(exc)) from None
+    except Exception as exc:
+        raise _explain_load_failure(f"{spec.inference_py}:load_model({checkpoint})", exc) from None
 
 
 def _samples(spec: WorkerSpec, model: torch.nn.Module, tokenizer: Any, seq_len: int, device: torch.device) -> list[dict[str, Any]]:
@@ -334,7 +352,7 @@ def _samples(spec: WorkerSpec, model: torch.nn.Module, tokenizer: Any, seq_len: 
     return samples
 
 
-def _core(spec: WorkerSpec, model: torch.nn.Module, tokenizer: Any, device: torch.device) -> dict[str, Any]:
+def _core(spec: WorkerSpec, model: Any, tokenizer: Any, device: torch.device) -> dict[str, Any]:
     """CORE on the bundle the parent checked; rank 0 reports progress for all ranks."""
     from trnfrontier.evaluate.core.run import run_job
 

@@ -15,7 +15,8 @@ the other, and the probes are drawn afresh from ``seed`` for each verify run.
   a different run, or answers from a table fail it; random probes defeat any answer cache.
 - causal and batch independent: a position's distribution does not move when later tokens
   change, nor with the rest of the batch (same tolerance).
-- core-time: a small CORE run (``CORE_ITEMS_PER_TASK`` items per task of the bundle) through
+- core-time: a small CORE run (``CORE_ITEMS_PER_TASK`` items per task of the bundle, or one
+  more than the most shots a task takes) through
   inference.py with ``evaluate/core``, projected to the whole bundle at the launch's ranks
   against Phase 2's 60-minute limit. Measured on this CPU, so it errs long: over the limit
   here is reported, not failed (run ``trnf eval --core`` on the target to know).
@@ -160,7 +161,9 @@ def _mini_core(setup: InferenceSetup, inference: ServedModel, reference: ServedM
     from trnfrontier.evaluate.core.run import CoreOptions, evaluate_core
 
     remote = RemoteInference(inference)
-    options = CoreOptions(max_per_task=CORE_ITEMS_PER_TASK, crop=setup.crop, crop_source="the claimed eval_seq_len")
+    # Each item's shots come from the task's other items: a few more than the most shots.
+    items = max(CORE_ITEMS_PER_TASK, 1 + max((t.num_fewshot for t in setup.bundle.bundle.tasks), default=0))
+    options = CoreOptions(max_per_task=items, crop=setup.crop, crop_source="the claimed eval_seq_len")
     report = evaluate_core(setup.bundle, remote, setup.tokenizer, torch.device("cpu"), options)
     judge_bundle(reference, remote, judge)
     return report
@@ -176,7 +179,7 @@ def _time_check(report: dict[str, Any], phase: Phase, nproc: int) -> Check:
     at = projection["seconds_at_ranks"].get(str(nproc))
     if at is None:
         return _no_time(f"the projection has no figure for {nproc} ranks")
-    line = (f"{CORE_ITEMS_PER_TASK} items per task through inference.py, projected to the bundle's "
+    line = (f"{report['max_per_task']} items per task through inference.py, projected to the bundle's "
             f"{projection['items_in_bundle']:,} items at {nproc} ranks: {at / 60:.1f} min of the {limit / 60:.0f}-minute limit "
             f"(bundle {report['bundle']}, measured on this CPU in the sandbox)")
     if at <= limit:
