@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
+import sys
 import warnings
 from typing import Any
 
@@ -88,6 +91,29 @@ def test_build_step_compiles_what_the_recipe_says(monkeypatch: pytest.MonkeyPatc
     assert compiled.compiled
     assert all(o.update_fn not in (optim.adamw_update, muon.muon_update) for o in compiled.stepper.optimizers)
     assert str(tmp_path) in os.environ["TORCHINDUCTOR_CACHE_DIR"]  # the cache under the data home
+
+
+_FRESH_BUILD = """
+import json, os, sys
+from trnfrontier.recipes.loading import validate_recipe
+from trnfrontier.runtime import assembly, devices, distributed
+r = validate_recipe(json.loads(sys.argv[1]), "tiny").resolved()
+assembly.build_step(assembly.build_parts(r, devices.resolve(r.runtime), distributed.DistInfo(False, 0, 0, 1)))
+print(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+"""
+
+
+def test_a_fresh_process_compiles_into_the_data_homes_cache(tmp_path) -> None:
+    # In a new process, building the model imports torch._dynamo, which sets the variable to
+    # torch's /tmp default: the data home's cache must be named before that (as trnf train runs).
+    data = {"name": "tiny", **TINY, "runtime": {**TINY["runtime"], "compile": True, "nproc": 1}}
+    env = {k: v for k, v in os.environ.items() if k not in compiling.CACHE_ENVS}
+    env["TRNF_HOME"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_BUILD, json.dumps(data)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "compile" / "inductor")
 
 
 def test_a_built_step_trains() -> None:

@@ -122,7 +122,12 @@ def build_parts(
     ``world_size``: the ranks the step's batch is cut over (default: ``info``'s); the
     profiler times one rank of a ``runtime.nproc`` run in one process. Kernels are chosen
     before the model is built, so every op it calls is the recipe's choice
-    (KernelUnavailableError: a kernel set to "on" that cannot run here)."""
+    (KernelUnavailableError: a kernel set to "on" that cannot run here). A run that will
+    compile gets its compile cache under the data home first (``$TRNF_HOME/compile``)."""
+    if compiling.compile_enabled(recipe.runtime.compile, spec.device.type):
+        # First: building the model imports torch._dynamo, which fills TORCHINDUCTOR_CACHE_DIR
+        # with torch's /tmp default, and use_cache_under_home only fills an unset variable.
+        compiling.use_cache_under_home()
     geometry = batch_geometry(recipe, world_size or info.world_size)
     seed_everything(recipe.runtime.seed)
     kernels = choose_kernels(recipe.kernels, spec.device)
@@ -145,12 +150,11 @@ class BuiltStep:
 def build_step(parts: Parts) -> BuiltStep:
     """Compile (runtime.compile: the loss module and the optimizers' updates), choose the
     data-parallel update and wrap the step, after any checkpoint has been loaded into
-    ``parts``. The compile time lands in the first (uncharged) startup steps; the cache
-    goes under the data home so the next run starts warm."""
+    ``parts``. The compile time lands in the first (uncharged) startup steps; the cache is
+    under the data home (build_parts put it there) so the next run starts warm."""
     device, r = parts.spec.device, parts.recipe
     compiled = compiling.compile_enabled(r.runtime.compile, device.type)
     if compiled:
-        compiling.use_cache_under_home()
         compiling.compile_optimizers(parts.optimizers, device.type)
     sharded = data_parallel_update(parts)
     module, ddp = step_module(parts.model, device, parts.info, compiled, sharded=sharded is not None)
