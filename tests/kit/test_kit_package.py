@@ -41,3 +41,30 @@ def test_package_then_verify_a_kit_run(one_rank_run: tuple[Path, Path], tmp_path
     assert all(c["ok"] for c in report["checks"]), report["checks"]
     verdicts = {c["name"]: c["verdict"] for c in report["checks"]}
     assert all(verdicts[name] == "pass" for name in ("budget", "contract", "launch", "screen", "checkpoint", "pin:prepare")), verdicts
+
+
+@pytest.mark.slow
+def test_phase_2_kit_package_ships_the_inference_py_beside_train_py(
+    one_rank_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from trnfrontier.contract.launch import launch_line
+    from trnfrontier.packaging.inference_py import inference_py_source
+
+    train_py, run_dir = one_rank_run
+    team = tmp_path / "team"
+    shutil.copytree(train_py.parent, team)
+    checkpoint = json.loads((run_dir / "summary.json").read_text())["final_checkpoint"]
+    args = ["package", "--train-py", str(team / "train.py"), "--checkpoint", checkpoint, "--launch", launch_line(64, 2),
+            "--run-dir", str(run_dir), "--val-bpb-from-eval", "--phase", "2", "-o", str(tmp_path / "s.tar")]
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "carry inference.py beside train.py" in err
+    (team / "inference.py").write_text(inference_py_source())
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["verify", str(tmp_path / "s.tar"), "--json"], capsys)
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert checks["launch"]["verdict"] == "pass" and checks["inference"]["verdict"] == "pass", checks["inference"]["reason"]
+    code, _, err = run_cli(["package", str(run_dir), "--phase", "2"], capsys)
+    assert code == 2 and "--phase is for kit mode" in err

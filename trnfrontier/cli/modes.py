@@ -41,6 +41,7 @@ PACKAGE = (
     OnlyIn("--checkpoint", "kit", _PACKAGE_KIT_ONLY),
     OnlyIn("--launch", "kit", _PACKAGE_KIT_ONLY),
     OnlyIn("--run-dir", "kit", _PACKAGE_KIT_ONLY),
+    OnlyIn("--phase", "kit", "--phase is for kit mode (--train-py); a run directory's recipe says its phase"),
     OnlyIn(
         "--val-bpb-from-eval",
         "kit",

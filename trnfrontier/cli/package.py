@@ -95,6 +95,9 @@ def command(
         "--val-bpb-from-eval",
         help="Kit mode: measure val_bpb now with the trusted evaluate_bpb (trnf eval).",
     ),
+    phase: int = typer.Option(
+        1, "--phase", min=1, max=2, help="Kit mode: the competition phase (2 ships the inference.py beside train.py); a run directory's recipe says its own."
+    ),
 ) -> int:
     """Package a run (or, with --train-py, your own train.py) as submission.tar."""
     given = {
@@ -105,6 +108,7 @@ def command(
         "--launch": launch is not None and not (train_py is None and _run_phase(run_dir) != 1),
         "--run-dir": kit_run_dir is not None,
         "--val-bpb-from-eval": val_bpb_from_eval,
+        "--phase": phase != 1,
     }
     check_mode(modes.PACKAGE, "kit" if train_py is not None else "recipe", given)
     from trnfrontier.progress import steps
@@ -124,6 +128,7 @@ def command(
                 force=force,
                 pins_file=pins,
                 val_bpb_from_eval=val_bpb_from_eval,
+                phase=phase,
             )
     else:
         if run_dir is None:

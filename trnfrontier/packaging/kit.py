@@ -22,6 +22,8 @@ from typing import Any
 
 from trnfrontier import submission as fmt
 from trnfrontier.contract.kit import EVAL_TOKENS_ENV
+from trnfrontier.contract.phases import DEFAULT_PHASE
+from trnfrontier.contract.phases import phase as phase_rules
 from trnfrontier.contract.pins import load_pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.build import (
@@ -310,8 +312,12 @@ def package_kit(
     force: bool = False,
     pins_file: Path | None = None,
     val_bpb_from_eval: bool = False,
+    phase: int = DEFAULT_PHASE,
 ) -> PackageResult:
-    """Package a team's own train.py, its local imports, its checkpoint and a kit run's logs."""
+    """Package a team's own train.py, its local imports, its checkpoint and a kit run's logs
+    (``phase`` 2: with the inference.py beside train.py, checked against Phase 2's launch
+    shapes and budget)."""
+    rules = phase_rules(phase)
     train_py = Path(train_py)
     if not train_py.is_file():
         raise UsageError(f"--train-py {train_py}: no such file")
@@ -319,7 +325,7 @@ def package_kit(
     if run_dir is None and (checkpoint.parent / "run" / SUMMARY_FILE).is_file():
         run_dir = checkpoint.parent / "run"  # where trnf init's train.py writes its run
     run_dir = Path(run_dir) if run_dir is not None else None
-    launch = check_launch(launch)
+    launch = check_launch(launch, rules)
     team_text = read_team_text(writeup)
     if team_text is None and run_dir is not None:  # the write-up the kit run left, as the team edited it
         team_text = existing_team_text(run_dir)
@@ -329,6 +335,12 @@ def package_kit(
     }
     for name, path in imported_files(train_py).items():
         members[name] = path
+    if rules.inference_py:
+        inference = train_py.parent / fmt.INFERENCE_PY
+        if not inference.is_file():
+            raise UsageError(f"Phase {rules.number} submissions carry {fmt.INFERENCE_PY} beside train.py; {inference} does not exist (`trnf init DIR --phase 2` writes one)")
+        members[fmt.INFERENCE_PY] = inference
+        members.update(imported_files(inference))
     if checkpoint.is_file():
         check_checkpoint(checkpoint, run_dir)
     ckpt_members, params, non_finite = checkpoint_members(checkpoint)
@@ -343,6 +355,7 @@ def package_kit(
         non_finite,
         step_log=step_log if isinstance(step_log, Path) else None,
         unmeasured="pass --val-bpb-from-eval, or --run-dir with a summary that has one",
+        phase=rules,
     )
     forced = gate_members(members, reasons, force=force, what=str(train_py))
 
@@ -369,6 +382,7 @@ def package_kit(
         else summary.get("measured_by") or f"summary.json of the kit run {run_dir.name if run_dir else ''}"
     )
     meta = manifest_meta(
-        summary, measured_by=measured_by, params=params, seed=summary.get("seed"), launch=launch, forced=forced
+        summary, measured_by=measured_by, params=params, seed=summary.get("seed"), launch=launch, forced=forced,
+        phase=rules.number,
     )
     return write_archive(members, meta, out)
