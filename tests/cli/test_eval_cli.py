@@ -358,3 +358,15 @@ def test_a_checked_checkpoint_says_so_and_a_kit_one_says_it_was_not(
     assert code == 0, err
     assert f"checkpoint files: size and SHA256 checked against {run / 'final' / 'manifest.json'}" in out
     assert "checkpoint files: not checked: no manifest records its SHA256" in out
+
+
+def test_fewer_tokens_than_requested_says_so(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The outside's case: the header said 131,072 tokens and 48,896 were scored (the split
+    holds no more), without a word. And a score at settings other than the run's is not
+    called DIFFERENT from the trainer's number."""
+    run = _save_run(tmp_path / "run", head_std=0.5)
+    code, out, err = run_cli(["eval", str(run), "--tokens", "10000000", "--seq-len", "64", "--batch-size", "8", "--device", "cpu"], capsys)
+    assert code == 0, err
+    scored = int(out.split(" tokens scored of the 10,000,000 tokens (--tokens) requested: the validation split holds no more")[0].split()[-1].replace(",", ""))
+    assert 0 < scored < 10_000_000
+    assert "DIFFERENT" not in out

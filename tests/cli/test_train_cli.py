@@ -60,7 +60,7 @@ def test_train_json_summary_and_run_dir(sample_home: Path, tmp_path: Path, capsy
     # The run dir now exists: a second run there is refused, nothing is touched.
     before = (run / "summary.json").read_bytes()
     code, out, err = run_cli(["train", "cpu_smoke", *TINY, "--out", str(run)], capsys)
-    assert code == 2 and "already exists" in err and out == ""
+    assert code == 2 and "holds a run that completed" in err and "--resume" not in err and out == ""
     assert (run / "summary.json").read_bytes() == before
 
     # Completed runs are not resumed.

@@ -123,6 +123,17 @@ def test_recorded_settings_come_from_the_run_summary(tmp_path: Path) -> None:
     assert step["seq_len"] == 128 and "recorded_val_bpb" not in step
 
 
+def test_the_trainers_score_is_compared_only_at_its_own_settings(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write(run / "summary.json", {"val_bpb": 1.2345, "eval_tokens": 4096, "eval_seq_len": 128, "eval_batch_size": 6})
+    _write(run / "final" / "meta.json", {})
+    (run / "final" / "final.pt").write_bytes(b"")
+    same = evaluation.worker_spec(evaluation.Target(run), evaluation.EvalOptions(), PREPARE)
+    assert same.recorded_val_bpb == 1.2345
+    other = evaluation.worker_spec(evaluation.Target(run), evaluation.EvalOptions(tokens="131072"), PREPARE)
+    assert other.recorded_val_bpb is None  # another measurement: nothing to call equal or DIFFERENT
+
+
 def test_defaults_without_a_record_are_the_contracts(tmp_path: Path) -> None:
     lone = tmp_path / "model.safetensors"
     lone.write_bytes(b"")

@@ -42,7 +42,8 @@ def test_existing_run_dir_is_refused_and_untouched(sample_home, tmp_path: Path) 
     with pytest.raises(TrnfError) as info:
         planning.plan_new_run("cpu_smoke", [], out=run)
     # No checkpoint in it: --resume would find nothing, so it is not what the message offers.
-    assert info.value.exit_code == 2 and "--name" in str(info.value) and "remove it" in str(info.value)
+    assert info.value.exit_code == 2 and "--name" in str(info.value)
+    assert f"run directory {run} already exists and is not a run directory" in str(info.value)
     assert "--resume" not in str(info.value)
     assert (run / "metrics.jsonl").read_text() == "precious\n"
     planning.plan_new_run("cpu_smoke", [], out=tmp_path / "empty_is_fine")
@@ -210,3 +211,26 @@ def test_help_states_the_data_root_order(capsys: pytest.CaptureFixture[str]) -> 
     assert "$NEURON_COMPETITION_R1_CACHE_DIR when set (the kit's variable wins), else this, else ~/.cache/trnfrontier" in " ".join(
         line.strip("│ ") for line in out.splitlines()
     )
+
+
+@pytest.mark.parametrize("summary, checkpoint, said, resume", [
+    ({"status": "completed", "val_bpb": 2.734186}, True, "holds a run that completed (val_bpb 2.734186)", False),
+    ({"status": "crashed"}, True, "holds a run that stopped (crashed) with a checkpoint to continue from", True),
+    ({"status": "crashed"}, False, "holds a run that stopped (crashed) before its first checkpoint", False),
+])
+def test_an_occupied_run_dir_says_what_it_holds_and_the_step_that_works(
+    sample_home, tmp_path: Path, summary: dict, checkpoint: bool, said: str, resume: bool
+) -> None:
+    """The outside's case: re-running a finished run's command suggested --resume, which
+    then said the run had already completed."""
+    run = _fake_run(tmp_path, checkpoint=checkpoint)
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "provenance.json").write_text("{}")
+    (run / "train.log").write_text("kept\n")
+    if not checkpoint:  # a stopped run with no checkpoint and an extra file is not restartable
+        (run / "notes.txt").write_text("mine")
+    with pytest.raises(TrnfError) as info:
+        planning.plan_new_run("cpu_smoke", [], out=run)
+    message = str(info.value)
+    assert message.startswith(f"run directory {run} {said}; nothing was changed. Choose another with --name NAME (or --out DIR)")
+    assert ("--resume" in message) == resume

@@ -30,6 +30,15 @@ def _checks(result: dict[str, Any]) -> str:
     return "[bold red]NO: " + ", ".join(failed) + "[/bold red]"
 
 
+def _tokens(result: dict[str, Any]) -> str:
+    """The tokens asked for and, when fewer were scored (the split ran out), how many were."""
+    requested, scored = result["tokens_requested"], result.get("num_tokens")
+    asked = f"{requested:,} tokens ({result['tokens_source']})"
+    if isinstance(scored, int) and scored < requested and not result.get("eval_over_timeout"):
+        return f"{scored:,} tokens scored of the {asked} requested: the validation split holds no more"
+    return asked
+
+
 def render(document: dict[str, Any], console: Console) -> None:
     """The table, sorted by val_bpb, with the delta to the best valid score."""
     results = document["results"]
@@ -64,7 +73,7 @@ def render(document: dict[str, Any], console: Console) -> None:
         )
     console.print(table)
     for r in results:
-        settings = f"seq_len {r['seq_len']} ({r['seq_len_source']}), {r['tokens_requested']:,} tokens ({r['tokens_source']}), batch {r['batch_size']}"
+        settings = f"seq_len {r['seq_len']} ({r['seq_len_source']}), {_tokens(r)}, batch {r['batch_size']}"
         line = f"{r['path']}: {settings}"
         if r.get("device"):
             line += f", device {r['device']}, {r.get('dtype', '?')}"

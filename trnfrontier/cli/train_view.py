@@ -30,10 +30,11 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_row("status", Text(status, style="green" if status == COMPLETED else "red"))
     table.add_row("val_bpb", _fmt(summary.get("val_bpb"), ".6f"))
     if summary.get("eval_tokens") is not None:
-        table.add_row(
-            "eval",
-            f"{summary.get('eval_split', 'public_val')}, {_fmt(summary.get('eval_tokens'), ',')} tokens, seq {summary.get('eval_seq_len')}",
-        )
+        requested, scored = summary.get("eval_tokens"), summary.get("eval_num_tokens")
+        tokens = f"{_fmt(requested, ',')} tokens"
+        if isinstance(scored, int) and isinstance(requested, int) and scored < requested:
+            tokens = f"{scored:,} of {requested:,} tokens (the split holds no more)"
+        table.add_row("eval", f"{summary.get('eval_split', 'public_val')}, {tokens}, seq {summary.get('eval_seq_len')}")
     table.add_row("steps", _fmt(summary.get("steps"), ","))
     table.add_row("tokens", _fmt(summary.get("tokens"), ","))
     table.add_row("params", _fmt(summary.get("params"), ","))

@@ -172,7 +172,11 @@ def worker_spec(target: Target, options: EvalOptions, prepare: Any) -> WorkerSpe
         prompt=options.prompt,
         temperature=options.temperature,
         threads=options.threads,
-        recorded_val_bpb=recorded.get("recorded_val_bpb"),
+        # The trainer's number measures these settings only: compared at others, a difference
+        # would say nothing about the checkpoint ("DIFFERENT" for --tokens 131072 on a run of 16,384).
+        recorded_val_bpb=recorded.get("recorded_val_bpb")
+        if (tokens, seq_len, batch_size) == (recorded.get("tokens"), recorded.get("seq_len"), recorded.get("batch_size"))
+        else None,
         recorded_shas=recorded.get("shas") if target.train_py else None,
         nproc=options.nproc,
         core=options.core.job(options.seq_len, recorded.get("train_seq_len"), int(constant(prepare, "EVAL_SEQ_LEN"))) if options.core else None,

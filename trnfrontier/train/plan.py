@@ -19,6 +19,7 @@ from typing import Any
 
 from trnfrontier.child_env import data_env, diagnostics_env
 from trnfrontier.errors import TrnfError, UsageError
+from trnfrontier.hints import trnf_line
 from trnfrontier.recipes.loading import load_recipe, validate_recipe
 from trnfrontier.recipes.schema import Recipe
 from trnfrontier.runtime import host_memory, runlock
@@ -135,19 +136,36 @@ def plan_new_run(
         )
     replaces = restartable(run_dir)
     if not replaces and run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        then = (
-            f"or continue it with `trnf train --resume {run_dir}`"
-            if latest_checkpoint(run_dir) is not None
-            else "or remove it (it holds no checkpoint to resume)"
-        )
         raise TrnfError(
-            f"run directory {run_dir} already exists; nothing was changed. Choose another with --name NAME "
-            f"(or --out DIR), {then}",
+            f"run directory {run_dir} {_what_is_there(run_dir)}; nothing was changed. Choose another with "
+            f"--name NAME (or --out DIR){_what_else(run_dir)}",
             exit_code=2,
         )
     plan = _checked_plan(recipe, run_dir, resume=False)
     plan.replaces = replaces
     return plan
+
+
+def _what_is_there(run_dir: Path) -> str:
+    """What an occupied run directory holds, in a phrase that is true of it."""
+    summary = read_summary(run_dir) if run_dir.is_dir() else None
+    status = (summary or {}).get("status")
+    if status == COMPLETED:
+        score = summary.get("val_bpb") if summary else None
+        return "holds a run that completed" + (f" (val_bpb {score:.6f})" if isinstance(score, float) else "")
+    if latest_checkpoint(run_dir) is not None:
+        return f"holds a run that stopped ({status or 'no summary'}) with a checkpoint to continue from"
+    if (run_dir / RECIPE_FILE).is_file():
+        return f"holds a run that stopped ({status or 'no summary'}) before its first checkpoint"
+    return "already exists and is not a run directory" if run_dir.is_dir() else "is a file"
+
+
+def _what_else(run_dir: Path) -> str:
+    """The other next step that works, when there is one: continuing a stopped run."""
+    summary = read_summary(run_dir) if run_dir.is_dir() else None
+    if (summary or {}).get("status") != COMPLETED and latest_checkpoint(run_dir) is not None:
+        return f", or continue it with `{trnf_line('train', '--resume', str(run_dir))}`"
+    return ""
 
 
 def plan_resume(run_dir: Path, overrides: list[str], nproc: int | None = None) -> RunPlan:
