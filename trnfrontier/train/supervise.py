@@ -55,29 +55,34 @@ TERMINATE_GRACE_SECONDS = 10.0
 INTERRUPT_WAIT_SECONDS = 120.0
 
 
-class MetricsTail:
-    """New complete lines of metrics.jsonl since the last call (a half-written line waits)."""
+class LineTail:
+    """The complete lines appended to a file since the last call (from its size when made;
+    a half-written last line waits for its end)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = path.stat().st_size if path.exists() else 0
         self.partial = b""
 
-    def read(self) -> list[dict[str, Any]]:
+    def lines(self) -> list[bytes]:
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
                 chunk = handle.read()
         except FileNotFoundError:
             return []
-        if len(chunk) == 0:
-            return []
         self.offset += len(chunk)
-        data = self.partial + chunk
-        lines = data.split(b"\n")
+        lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
+        return lines
+
+
+class MetricsTail(LineTail):
+    """New records of metrics.jsonl since the last call."""
+
+    def read(self) -> list[dict[str, Any]]:
         records = []
-        for line in lines:
+        for line in self.lines():
             try:
                 records.append(json.loads(line))
             except ValueError:
@@ -97,23 +102,14 @@ class PhaseWatch:
     says what is going on and for how long."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
+        self.tail = LineTail(path)
         self.phase: str | None = None
         self.since: float | None = None
 
     def read(self) -> list[str]:
         """The phase lines (starts and ends) that appeared since the last call, in order."""
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        self.offset += len(complete)
         found = []
-        for line in complete.decode("utf-8", "replace").splitlines():
+        for line in (raw.decode("utf-8", "replace") for raw in self.tail.lines()):
             if line.startswith(_PHASE_STARTS):
                 self.phase, self.since = line.strip(), time.time()
                 found.append(line.strip())
