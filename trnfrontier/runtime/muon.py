@@ -229,20 +229,25 @@ class Muon(torch.optim.Optimizer):
                 self._init_state(p, group)
                 buckets[tuple(p.shape)].append(p)
         for params in buckets.values():
-            self.update_fn(
-                params,
-                [p.grad for p in params],
-                [self.state[p]["momentum_buffer"] for p in params],
-                [self.state[p]["second_moment"] for p in params] if group["normuon"] else [],
-                group["lr"],
-                group["momentum"],
-                group["weight_decay"],
-                group["beta2"],
-                nesterov=group["nesterov"],
-                ns_steps=group["ns_steps"],
-                cautious_wd=group["cautious_wd"],
-                eps=group["eps"],
-            )
+            self.update_bucket(group, params, [p.grad for p in params], [self.state[p] for p in params])
+
+    def update_bucket(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], states: list[dict[str, Tensor]]) -> None:
+        """``update_fn`` with ``group``'s hyperparameters over same-shaped ``params`` (a whole
+        bucket, or the share a sharded optimizer's rank owns), their gradients and state."""
+        self.update_fn(
+            params,
+            grads,
+            [s["momentum_buffer"] for s in states],
+            [s["second_moment"] for s in states] if group["normuon"] else [],
+            group["lr"],
+            group["momentum"],
+            group["weight_decay"],
+            group["beta2"],
+            nesterov=group["nesterov"],
+            ns_steps=group["ns_steps"],
+            cautious_wd=group["cautious_wd"],
+            eps=group["eps"],
+        )
 
 
 def muon_update(

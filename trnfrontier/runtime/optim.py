@@ -131,23 +131,27 @@ class AdamW(torch.optim.AdamW):
                     state["step"] = torch.zeros((), dtype=torch.float32)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            states = [self.state[p] for p in params]
-            beta1, beta2 = group["betas"]
-            lr = group["lr"]
-            lr_t = lr if isinstance(lr, Tensor) else torch.tensor(float(lr), device=params[0].device)
-            self.update_fn(
-                params,
-                [p.grad for p in params],
-                [s["exp_avg"] for s in states],
-                [s["exp_avg_sq"] for s in states],
-                [s["step"] for s in states],
-                lr_t,
-                float(beta1),
-                float(beta2),
-                float(group["eps"]),
-                float(group["weight_decay"]),
-            )
+            self.update_group(group, params, [p.grad for p in params], [self.state[p] for p in params])
         return loss
+
+    def update_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor], states: list[dict[str, Tensor]]) -> None:
+        """``update_fn`` with ``group``'s hyperparameters over ``params`` (whole tensors, or the
+        row slices a sharded optimizer steps), their gradients and their state."""
+        beta1, beta2 = group["betas"]
+        lr = group["lr"]
+        lr_t = lr if isinstance(lr, Tensor) else torch.tensor(float(lr), device=params[0].device)
+        self.update_fn(
+            params,
+            grads,
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [s["step"] for s in states],
+            lr_t,
+            float(beta1),
+            float(beta2),
+            float(group["eps"]),
+            float(group["weight_decay"]),
+        )
 
 
 def apply_schedule(

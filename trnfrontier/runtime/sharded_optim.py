@@ -279,21 +279,7 @@ class ShardedUpdate:
             return
         views = [piece.view() for piece in pieces]
         states = [self._adam_state(opt, piece.param, view) for piece, view in zip(pieces, views, strict=True)]
-        beta1, beta2 = group["betas"]
-        lr = group["lr"]
-        lr_t = lr if isinstance(lr, Tensor) else torch.tensor(float(lr), device=views[0].device)
-        opt.update_fn(
-            views,
-            [pending.adam_grads[id(piece.param)] for piece in pieces],
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [s["step"] for s in states],
-            lr_t,
-            float(beta1),
-            float(beta2),
-            float(group["eps"]),
-            float(group["weight_decay"]),
-        )
+        opt.update_group(group, views, [pending.adam_grads[id(piece.param)] for piece in pieces], states)
         for piece, view in zip(pieces, views, strict=True):
             if piece.rows is not None:
                 # A copy of the rows as the input: the output is the parameter itself.
@@ -315,20 +301,7 @@ class ShardedUpdate:
         owned, group, opt = bucket.owned, bucket.group, bucket.opt
         if owned:
             states = [opt._init_state(p, group) for p in owned]
-            opt.update_fn(
-                owned,
-                list(grads[: len(owned)].unbind(0)),
-                [s["momentum_buffer"] for s in states],
-                [s["second_moment"] for s in states] if group["normuon"] else [],
-                group["lr"],
-                group["momentum"],
-                group["weight_decay"],
-                group["beta2"],
-                nesterov=group["nesterov"],
-                ns_steps=group["ns_steps"],
-                cautious_wd=group["cautious_wd"],
-                eps=group["eps"],
-            )
+            opt.update_bucket(group, owned, list(grads[: len(owned)].unbind(0)), states)
         mine = torch.zeros_like(grads)
         if owned:
             torch.stack(owned, out=mine[: len(owned)])

@@ -155,31 +155,33 @@ def _logits(model, idx):
     return out
 
 
+def _import_beside(name, path):
+    """The archive's ``path`` imported as module ``name``, with its folder first on sys.path
+    (so it imports its siblings, as train.py and inference.py do under the scorer)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _load(args):
     import torch
 
     prepare = _load_prepare(args.prepare)
+    before = _public(prepare) if prepare is not None else {}
+    sys.addaudithook(_watch(_scratch_dirs()))
     if args.inference_py:
-        sys.addaudithook(_watch(_scratch_dirs()))
-        sys.path.insert(0, os.path.dirname(os.path.abspath(args.inference_py)))
-        spec = importlib.util.spec_from_file_location("inference", args.inference_py)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["inference"] = module
-        spec.loader.exec_module(module)
+        module = _import_beside("inference", args.inference_py)
         for name in ("load_model", "next_token_logprobs"):
             if not callable(getattr(module, name, None)):
                 raise AttributeError(f"inference.py does not define {name}")
-        return _Inference(module, module.load_model(args.checkpoint, torch.device("cpu"))), []
-    before = _public(prepare) if prepare is not None else {}
-    sys.addaudithook(_watch(_scratch_dirs()))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(args.train_py)))
-    spec = importlib.util.spec_from_file_location("train", args.train_py)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train"] = module
-    spec.loader.exec_module(module)
-    model = module.load_for_eval(args.checkpoint, torch.device("cpu"))
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"load_for_eval returned {type(model).__name__}, not an nn.Module")
+        model = _Inference(module, module.load_model(args.checkpoint, torch.device("cpu")))
+    else:
+        model = _import_beside("train", args.train_py).load_for_eval(args.checkpoint, torch.device("cpu"))
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"load_for_eval returned {type(model).__name__}, not an nn.Module")
     changed = _changed(before, prepare) if prepare is not None else []
     return model, changed
 
