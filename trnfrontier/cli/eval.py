@@ -118,6 +118,7 @@ def command(
     """Score checkpoints with the trusted evaluate_bpb, each in a fresh process, after the
     causality and batch-independence checks; several paths are sorted by val_bpb. With
     --core, also nanochat's CORE, item for item as nanochat scores it."""
+    from trnfrontier.evaluate.core.job import core_from_flags
     from trnfrontier.evaluate.library import EvalOptions, Target, evaluate
 
     if (train_py is None) != (checkpoint is None):
@@ -138,7 +139,7 @@ def command(
         prompt=prompt,
         temperature=temperature,
         nproc=nproc,
-        core=_core_setup(core, bundle, bundle_sha256, max_per_task),
+        core=core_from_flags(core, bundle, bundle_sha256, max_per_task),
     )
     notes = err()
     what = f"scoring {len(targets)} checkpoint(s) with the trusted evaluate_bpb" + (" and CORE" if core else "")
@@ -165,15 +166,3 @@ def command(
         notes.print(f"[bold red]trnf: {r['status'].upper()}[/bold red]: {r['path']}: {'; '.join(r['reasons'])}")
     if failed:
         raise typer.Exit(1)
-
-
-def _core_setup(core: bool, bundle: str | None, pin: str | None, max_per_task: int | None) -> Any:
-    """The checked CORE bundle (before any model loads), or None without --core."""
-    if not core:
-        given = [name for name, value in (("--bundle", bundle), ("--bundle-sha256", pin), ("--max-per-task", max_per_task)) if value]
-        if given:
-            raise UsageError(f"{', '.join(given)} go(es) with --core")
-        return None
-    from trnfrontier.evaluate.core.job import prepare_core
-
-    return prepare_core(bundle, pin, max_per_task)

@@ -39,6 +39,9 @@ def command(
     steps: int = typer.Option(3, "--dry-run-steps", min=1, help="Steps for --dry-run (passed as TRNF_DRY_RUN_STEPS)."),
     allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Where bubblewrap is unavailable, run archive code anyway, without isolation (the report's first line says so)."),
     core_bundle: str = typer.Option("sample", "--core-bundle", help="Phase 2: the CORE bundle a few items of which run through inference.py (a folder, zip, URL or pin file; default the shipped format sample) for the consistency check and the CORE time projection."),
+    core: bool = typer.Option(False, "--core", help="Also score CORE on the archive's model (served from the sandbox) on --core-bundle, as trnf eval --core does."),
+    core_bundle_sha256: str | None = typer.Option(None, "--core-bundle-sha256", help="With --core: the bundle's pinned SHA256."),
+    max_per_task: int | None = typer.Option(None, "--max-per-task", min=1, help="With --core: at most N items per task, NOT the full metric."),
 ) -> int:
     """Check a submission archive; exit 0 only if every required check passes."""
     if archive.is_dir():
@@ -53,10 +56,13 @@ def command(
             f"{archive} is not a submission archive: it is {what}; trnf verify takes the tar archive "
             "`trnf package` writes (plain, or gzip, bzip2 or xz compressed)"
         )
+    from trnfrontier.evaluate.core.job import core_from_flags
     from trnfrontier.verify import Options, verify_archive
 
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
-                      allow_unsandboxed=allow_unsandboxed, core_bundle=core_bundle)
+                      allow_unsandboxed=allow_unsandboxed, core_bundle=core_bundle,
+                      core=core_from_flags(core, core_bundle if core else None, core_bundle_sha256, max_per_task,
+                                           ("--core-bundle", "--core-bundle-sha256", "--max-per-task")))
     from trnfrontier.progress import steps as progress_steps
     from trnfrontier.verify.runner import progress_units
 
@@ -71,6 +77,10 @@ def command(
         console.print(_table(report))
         for note in report.notes:
             console.print(f"note: {note}")
+        if report.core is not None:
+            from trnfrontier.cli.eval_core_view import render_core
+
+            render_core({"results": [{"path": str(archive), "core": report.core, "device": "cpu"}]}, console)
         failed = [c.name for c in report.checks if c.verdict == "fail"]
         unchecked = sum(1 for c in report.checks if not c.ok and c.verdict == "skip")
         tail = f" ({unchecked} required check(s) not run)" if unchecked else ""

@@ -148,6 +148,14 @@ class CausalSelfAttention(nn.Module):
         """(output, k, v) of attention over ``x`` [B, T, C], causal; with ``past``, keys and
         values [B, Hkv, P, D] of P earlier positions of each row that every position of
         ``x`` also sees (``cos``/``sin`` then cover positions P .. P + T - 1)."""
+        q, k, v = self.heads(x, ve, cos, sin)
+        y = ops.causal_attention(q, k, v) if past is None else _attention_after(q, k, v, *past)
+        y = y.transpose(1, 2).reshape(x.size(0), x.size(1), -1)
+        return ops.linear(y, self.c_proj.weight), k, v
+
+    def heads(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, H, T, D] and k, v [B, Hkv, T, D] of ``x``: projected, value-embedded,
+        rotated and normed, ready for attention."""
         B, T, _ = x.shape
         # [B, T, H*D] -> [B, H, T, D]
         q, k, v = self._project_qkv(x)
@@ -159,11 +167,7 @@ class CausalSelfAttention(nn.Module):
             gate = 2.0 * torch.sigmoid(self.ve_gate(x[..., : self.ve_gate_channels]))
             v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
         v = v.transpose(1, 2)
-        q = ops.rotary_rms_norm(q, cos, sin)
-        k = ops.rotary_rms_norm(k, cos, sin)
-        y = ops.causal_attention(q, k, v) if past is None else _attention_after(q, k, v, *past)
-        y = y.transpose(1, 2).reshape(B, T, -1)
-        return ops.linear(y, self.c_proj.weight), k, v
+        return ops.rotary_rms_norm(q, cos, sin), ops.rotary_rms_norm(k, cos, sin), v
 
 
 def _attention_after(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor) -> Tensor:
@@ -297,10 +301,15 @@ class GPT(nn.Module):
         cos, sin = self._rotary(P + S, rows.device)
         x = ops.rms_norm(self.wte(prefix))
         y = ops.rms_norm(self.wte(rows))
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             past = None
             if P:
-                x, k, v = block.attend(x, self._value_embed(i, prefix), cos[:, :, :P], sin[:, :, :P])
+                ve, pc, ps = self._value_embed(i, prefix), cos[:, :, :P], sin[:, :, :P]
+                if i < last:
+                    x, k, v = block.attend(x, ve, pc, ps)
+                else:  # the prefix's last layer only lends its keys and values
+                    _, k, v = block.attn.heads(ops.rms_norm(x), ve, pc, ps)
                 past = (k.index_select(0, owner), v.index_select(0, owner))
             y = block.attend(y, self._value_embed(i, rows), cos[:, :, P:], sin[:, :, P:], past)[0]
         return self._head(ops.rms_norm(y)[at_rows, at_cols])

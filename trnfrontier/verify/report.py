@@ -58,6 +58,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # The first line of every report: whether archive code ran sandboxed, unsandboxed, or not at all.
     sandbox: str = ""
+    # `--core`: the CORE report of the archive's model (evaluate.core), when it ran.
+    core: dict[str, Any] | None = None
 
     def add(self, check: Check) -> Check:
         self.checks.append(check)
@@ -81,4 +83,5 @@ class Report:
             "ok": self.ok,
             "checks": [asdict(c) | {"ok": c.ok} for c in self.checks],
             "notes": list(self.notes),
+            **({"core": self.core} if self.core is not None else {}),
         }

@@ -45,7 +45,7 @@ from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.untrusted import sandbox
-from trnfrontier.untrusted.served import ServedModel, ServerError
+from trnfrontier.untrusted.served import ServedModel, ServerError, remote_module
 from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
 from trnfrontier.verify.dryrun import dry_run
 from trnfrontier.verify.manifest import check_manifest, load_manifest
@@ -57,7 +57,7 @@ from trnfrontier.verify.statements import stated_over_budget
 RERUN_TOLERANCE = 1e-4
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
 # evaluation limit (EVAL_TIMEOUT_SECONDS = 1200) plus time to import and load on a CPU.
-DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0, "inference": 900.0}
+DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0, "inference": 900.0, "core": 3600.0}
 # A Phase 2 launch runs 64 or 128 ranks; the CPU dry run proves train.py on this many.
 DRY_RUN_MAX_RANKS = 4
 # Every check, in report order; the ones after GATE run archive code.
@@ -85,6 +85,8 @@ class Options:
     # Phase 2: the CORE bundle the inference check scores a few items of (evaluate/core/fetch.py
     # specs: a folder, zip, URL, pin file or "sample", the shipped format sample).
     core_bundle: str = "sample"
+    # `--core`: also score CORE on the archive's model (evaluate.core.job.prepare_core).
+    core: Any = None
 
     def limit(self, check: str) -> float:
         return self.timeout if self.timeout is not None else DEFAULT_TIMEOUTS[check]
@@ -263,6 +265,36 @@ def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, option
     return passed("rerun-eval", line) if diff <= RERUN_TOLERANCE else failed("rerun-eval", line)
 
 
+def _core_check(report: Report, root: Path, meta: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path) -> Check:
+    """CORE (evaluate.core) in verify's process on logits the sandboxed model returns; the
+    crop is the length the archive claims it was evaluated at."""
+    import torch
+
+    from trnfrontier.evaluate.core.run import CoreOptions, evaluate_core
+
+    scorer = trusted.scorer
+    if scorer is None or not callable(scorer.ensure_tokenizer):
+        return failed("core", f"no trusted tokenizer ({trusted.why_missing or 'prepare.py lacks ensure_tokenizer'})")
+    setup, crop = options.core, _claimed_seq_len(meta)
+    core_options = CoreOptions(max_per_task=setup.max_per_task, crop=crop, crop_source="the archive's claimed eval_seq_len",
+                               batch_tokens=setup.batch_tokens)
+    try:
+        tokenizer = scorer.tokenizer()
+        with _serve(root, trusted, options, scratch, "core") as served:
+            result = evaluate_core(setup.resolved, remote_module(served), tokenizer, torch.device("cpu"), core_options)
+    except ServerError as exc:
+        return failed("core", f"CORE failed: {exc}")
+    except TrnfError as exc:
+        return failed("core", f"CORE: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the model's own failures under CORE, as logits it returned
+        return failed("core", f"CORE failed: {type(exc).__name__}: {exc}")
+    report.core = result
+    full = "" if result["full_metric"] else f" (--max-per-task {result['max_per_task']}: NOT the full metric)"
+    return passed("core", f"CORE {result['core_metric']:.4f}{full} over {len(result['tasks'])} tasks, "
+                          f"{sum(t['items'] for t in result['tasks'].values()):,} items, {result['near_ties']} near-tie(s), "
+                          f"bundle {result['bundle_sha256'][:12]}, crop {crop}")
+
+
 def _sandbox_line(options: Options) -> tuple[str, str | None]:
     """The report's first line about the sandbox, and why archive code may not run (None: it may)."""
     state = sandbox.available()
@@ -312,7 +344,7 @@ def _static_checks(report: Report, root: Path, extracted: Extracted, pins: Any, 
 
 def progress_units(options: Options) -> int:
     """Units of progress ``verify_archive`` reports: the static checks, then each executing one."""
-    return 2 + int(options.rerun_eval) + int(options.dry_run)
+    return 2 + int(options.rerun_eval) + int(options.dry_run) + int(options.core is not None)
 
 
 def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], meta: dict[str, Any], launch: Launch | None,
@@ -320,7 +352,8 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
     """The checks that run archive code, each inside the sandbox, only once the gate has passed."""
     blocked = [name for name in GATE if not report.get(name) or report.get(name).verdict != "pass"]  # type: ignore[union-attr]
     phase = _phase(meta)
-    wanted = (("rerun-eval", options.rerun_eval), ("dry-run", options.dry_run), ("inference", phase.inference_py))
+    wanted = (("rerun-eval", options.rerun_eval), ("core", options.core is not None), ("dry-run", options.dry_run),
+              ("inference", phase.inference_py))
     requested = ["contract"] + [n for n, on in wanted if on]
     if blocked:
         for name in requested:
@@ -339,6 +372,11 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
         # rerun reproduces its own inflated score).
         report.add(_rerun_check(root, meta, trusted, options, tmp / "scratch-rerun") if contract.verdict == "pass"
                    else failed("rerun-eval", "refused: the contract probe failed, and a score from a model that breaks the contract is not confirmed"))
+        bar.advance()
+    if options.core is not None:
+        bar.describe("CORE on the archive's model served from the sandbox")
+        report.add(_core_check(report, root, meta, trusted, options, tmp / "scratch-core") if contract.verdict == "pass"
+                   else failed("core", "refused: the contract probe failed, and CORE of a model that breaks the contract means nothing"))
         bar.advance()
     if options.dry_run:
         bar.describe(f"dry run: train.py for {options.dry_run_steps} steps under torchrun in the sandbox")

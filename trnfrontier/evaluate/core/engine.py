@@ -45,7 +45,8 @@ def score_rows(
     """Verdicts of ``task_items``; ``on_rows(done, total)`` after each batch."""
     rows, mapping = distinct_rows(task_items)
     scores: dict[int, RowScores] = {}
-    for batch in plan(rows, batch_tokens, share=share_prefixes):
+    budget = min(batch_tokens, int(getattr(scorer, "batch_tokens", batch_tokens)))
+    for batch in plan(rows, budget, share=share_prefixes):
         count = batch.positions.size(0)
         loss, argmax, margin = normalise(scorer(batch.prefix, batch.rows, batch.owner, batch.positions), count)
         at = 0

@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from trnfrontier.errors import TrnfError
+from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.evaluate.core import fetch
 from trnfrontier.evaluate.core.fetch import ResolvedBundle
 
@@ -92,3 +92,17 @@ def prepare_core(bundle: str | None, pin: str | None, max_per_task: int | None, 
             )
         total += scored
     return CoreSetup(resolved, max_per_task, batch_tokens, total)
+
+
+def core_from_flags(
+    core: bool, bundle: str | None, pin: str | None, max_per_task: int | None,
+    names: tuple[str, str, str] = ("--bundle", "--bundle-sha256", "--max-per-task"),
+) -> CoreSetup | None:
+    """The command line's ``--core`` flags (`trnf eval`, `trnf verify`; ``names`` as that
+    command spells them) as a checked bundle, or None without ``--core``."""
+    if not core:
+        given = [name for name, value in zip(names, (bundle, pin, max_per_task), strict=True) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} go(es) with --core")
+        return None
+    return prepare_core(bundle, pin, max_per_task)

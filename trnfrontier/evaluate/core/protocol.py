@@ -27,6 +27,7 @@ independent of the other rows), as nanochat's ``model(input_ids)`` gives them.
 
 A scorer that computes the prefix once for all the rows that share it (a KV cache) sets
 the attribute ``shares_prefixes = True``; otherwise the engine sends P = 0 and whole rows.
+A scorer may also set ``batch_tokens``, the most padded tokens it wants per call.
 
 ``scorer_for(model)`` picks, for a ``torch.nn.Module``: its own ``core_score`` method when
 it has one (the same signature); else, when it has ``logits_at(idx, rows, cols)`` (trnf's
@@ -94,6 +95,10 @@ class _ModuleScorer:
 
 class LogitsScorer(_ModuleScorer):
     """Any module whose forward maps token ids [B, T] to logits [B, T, vocab]."""
+
+    # The whole [tokens, vocab] logits exist here: at 1,024 tokens (32 MB of float32 at a
+    # vocabulary of 8,192) a CPU scored the format sample 1.5x faster than at 8,192.
+    batch_tokens = 1024
 
     @torch.no_grad()
     def __call__(self, prefix: Tensor, rows: Tensor, owner: Tensor, positions: Tensor) -> Scores:

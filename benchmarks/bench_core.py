@@ -1,0 +1,246 @@
+"""CORE: trnf's engine against nanochat's own ``evaluate_task``, same model, same bundle,
+same process, rounds alternating.
+
+The reference is nanochat's ``nanochat/core_eval.py`` from a source checkout
+(``--nanochat DIR``, the commit pinned in benchmarks/requirements-bench.txt), called as
+``scripts/base_eval.evaluate_core`` calls it: items shuffled with ``random.Random(1337)``,
+then ``evaluate_task(model, tokenizer, items, device, task_meta)`` per task, one item per
+forward. Both sides score the same model object (a trnf GPT: a trained run with ``--run``,
+else a seeded random one of ``--depth``/``--width`` whose blocks are not the identity) with
+``model.max_seq_len`` set to the crop length, so both crop alike.
+
+Per task: every item's verdict from nanochat (``evaluate_example``) against trnf's, the
+disagreements, and how many of them trnf counted as near-ties (a disagreement that is not
+a near-tie is a bug). Speed: ``--rounds`` rounds, each timing nanochat's ``evaluate_task``
+over every task and trnf's engine (render, tokenize, batch, score: what
+``evaluate_core`` runs per task) with each lever added in turn:
+
+- ``batched``: many items per forward grouped by length, any logits model (``LogitsScorer``);
+- ``head_at_positions``: the lm head only where a token is scored (``GPT.logits_at``);
+- ``shared_prefix``: each item's common prefix computed once (``GPT.logits_after_prefix``):
+  what ``trnf eval --core`` uses for a trnf GPT.
+
+The order alternates between rounds (other processes' load hits both sides); each time is
+wall-clock and process CPU time. Ratios nanochat / trnf per round (above 1: trnf is
+faster), their median and range, and a log-scale 95% interval (``stats.ratio_interval``).
+``--repeat N`` repeats each task's items N times (the format sample has 16-20 items per
+task, real tasks 500-10,000; batches only fill with more); the few-shot draws still differ
+per item. The load average is recorded before and after.
+
+    .venv/bin/python benchmarks/bench_core.py --nanochat /work/nanochat [--run runs/x] \\
+        [--depth 2 --width 128] [--bundle sample] [--repeat 6] [--rounds 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+LEVERS = ("batched", "head_at_positions", "shared_prefix")
+
+
+def load_model(args: argparse.Namespace) -> tuple[torch.nn.Module, str]:
+    """A trained run's final model, or a seeded random GPT whose blocks are not the identity."""
+    from trnfrontier.runtime.checkpoint import build_model, read_model_file
+    from trnfrontier.runtime.model import GPT, GPTConfig
+
+    if args.run:
+        config, state, _meta = read_model_file(Path(args.run))
+        return build_model(config, state).eval(), f"trained run {args.run}"
+    torch.manual_seed(args.seed)
+    heads = max(1, args.width // 64)
+    model = GPT(GPTConfig(vocab_size=8192, sequence_len=256, n_layer=args.depth, n_head=heads, n_kv_head=heads, n_embd=args.width))
+    with torch.no_grad():
+        for block in model.blocks:
+            torch.nn.init.normal_(block.attn.c_proj.weight, std=0.02)
+            torch.nn.init.normal_(block.mlp.c_proj.weight, std=0.02)
+        torch.nn.init.normal_(model.lm_head.weight, std=0.05)
+    return model.eval(), f"seeded random GPT (seed {args.seed})"
+
+
+class NanochatTokenizer:
+    """The shipped tokenizer as nanochat's core_eval calls one: ``tok(prompts, prepend=id)``."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, prompts: Any, prepend: Any = None) -> Any:
+        return self.tokenizer.encode(prompts, prepend=prepend)
+
+    def get_bos_token_id(self) -> int:
+        return int(self.tokenizer.get_bos_token_id())
+
+
+def scorers(model: torch.nn.Module) -> dict[str, tuple[Any, bool]]:
+    from trnfrontier.evaluate.core.protocol import (
+        LogitsScorer,
+        PositionLogitsScorer,
+        SharedPrefixScorer,
+    )
+
+    cpu = torch.device("cpu")
+    return {
+        "batched": (LogitsScorer(model, cpu), False),
+        "head_at_positions": (PositionLogitsScorer(model, cpu), False),
+        "shared_prefix": (SharedPrefixScorer(model, cpu), True),
+    }
+
+
+def ours(tasks: list[tuple[Any, list[dict[str, Any]]]], tokenizer: Any, scorer: Any, share: bool, crop: int) -> list[list[Any]]:
+    """trnf's engine over every task: what ``evaluate_core`` runs per task, on one rank."""
+    from trnfrontier.evaluate.core.engine import score_rows, task_rows
+    from trnfrontier.evaluate.core.run import DEFAULT_BATCH_TOKENS
+    from trnfrontier.evaluate.core.scoring import FLOAT32_TOLERANCE
+
+    out = []
+    for task, items in tasks:
+        rows = task_rows(task, items, list(range(len(items))), tokenizer, crop)
+        out.append(score_rows(scorer, rows, batch_tokens=DEFAULT_BATCH_TOKENS, tolerance=FLOAT32_TOLERANCE, share_prefixes=share))
+    return out
+
+
+def meta_of(task: Any) -> dict[str, Any]:
+    return {"task_type": task.kind, "num_fewshot": task.num_fewshot, "continuation_delimiter": task.delimiter}
+
+
+def agreement(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, list[dict[str, Any]]]], crop: int) -> dict[str, Any]:
+    """Per task and lever: items, disagreements, near-ties, disagreements that are not near-ties."""
+    reference = [
+        [bool(nanochat.evaluate_example(i, model, NanochatTokenizer(tokenizer), items, torch.device("cpu"), meta_of(task))) for i in range(len(items))]
+        for task, items in tasks
+    ]
+    report: dict[str, Any] = {}
+    for lever, (scorer, share) in scorers(model).items():
+        per_task = {}
+        for (task, _items), expected, verdicts in zip(tasks, reference, ours(tasks, tokenizer, scorer, share, crop), strict=True):
+            differ = [i for i, (a, b) in enumerate(zip(expected, verdicts, strict=True)) if a != b.correct]
+            per_task[task.label] = {
+                "items": len(expected),
+                "agree": len(expected) - len(differ),
+                "near_ties": sum(v.near_tie for v in verdicts),
+                "unexplained": sum(not verdicts[i].near_tie for i in differ),
+                "nanochat_accuracy": sum(expected) / len(expected),
+            }
+        report[lever] = per_task
+    return report
+
+
+def timed(run: Any) -> dict[str, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+
+
+def rounds(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, list[dict[str, Any]]]], crop: int, count: int) -> dict[str, list[dict[str, float]]]:
+    """Each side's times per round, the order reversed every other round."""
+    ntok = NanochatTokenizer(tokenizer)
+
+    def reference() -> None:
+        for task, items in tasks:
+            nanochat.evaluate_task(model, ntok, items, torch.device("cpu"), meta_of(task))
+
+    sides: dict[str, Any] = {"nanochat": reference}
+    for lever, (scorer, share) in scorers(model).items():
+        sides[lever] = lambda scorer=scorer, share=share: ours(tasks, tokenizer, scorer, share, crop)
+    times: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+    for number in range(count):
+        order = list(sides) if number % 2 == 0 else list(reversed(sides))
+        for name in order:
+            times[name].append(timed(sides[name]))
+        print(f"round {number + 1}/{count}: " + ", ".join(f"{n} {times[n][-1]['wall']:.1f} s" for n in sides), file=sys.stderr)
+    return times
+
+
+def ratios(times: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """nanochat / trnf per lever, wall and CPU: per round, median, range, 95% interval."""
+    from trnfrontier import stats
+
+    out: dict[str, Any] = {}
+    for lever in LEVERS:
+        out[lever] = {}
+        for clock in ("wall", "cpu"):
+            reference = [t[clock] for t in times["nanochat"]]
+            mine = [t[clock] for t in times[lever]]
+            per_round = [r / m for r, m in zip(reference, mine, strict=True)]
+            entry: dict[str, Any] = {"per_round": per_round, "median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
+            if len(per_round) > 1:
+                interval = stats.ratio_interval(mine, reference)
+                entry["interval_95"] = [interval.low, interval.high]
+            out[lever][clock] = entry
+    return out
+
+
+def setup(args: argparse.Namespace) -> tuple[Any, Any, torch.nn.Module, str, list[tuple[Any, list[dict[str, Any]]]], Any, int]:
+    sys.path.insert(0, str(Path(args.nanochat).resolve()))
+    from nanochat import core_eval
+
+    from trnfrontier.evaluate.core import fetch, render
+    from trnfrontier.runtime.prepare_loader import load_prepare
+
+    prepare = load_prepare(REPO / "prepare.py")
+    tokenizer = prepare.Tokenizer.from_pickle_bytes(prepare.read_tokenizer_artifact()[0])
+    model, described = load_model(args)
+    crop = args.crop or int(model.config.sequence_len)
+    model.max_seq_len = crop  # nanochat crops at it; so does trnf (crop_length)
+    resolved = fetch.resolve(args.bundle, args.bundle_sha256)
+    tasks = [(task, render.shuffled(resolved.bundle.items(task) * args.repeat, args.max_per_task)) for task in resolved.bundle.tasks]
+    return core_eval, tokenizer, model, described, tasks, resolved, crop
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nanochat", required=True, help="a nanochat source checkout (benchmarks/requirements-bench.txt)")
+    parser.add_argument("--run", help="a trnf run directory or checkpoint (default: a seeded random GPT)")
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bundle", default="sample")
+    parser.add_argument("--bundle-sha256")
+    parser.add_argument("--repeat", type=int, default=6)
+    parser.add_argument("--max-per-task", type=int)
+    parser.add_argument("--crop", type=int, help="default: the model's training context")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/core_<date>.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    load_before = os.getloadavg()
+    core_eval, tokenizer, model, described, tasks, resolved, crop = setup(args)
+    agree = agreement(core_eval, model, tokenizer, tasks, crop)
+    times = rounds(core_eval, model, tokenizer, tasks, crop, args.rounds)
+    document = {
+        "benchmark": "bench_core",
+        "date": datetime.date.today().isoformat(),
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(), "torch": torch.__version__},
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+        "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "model": described,
+                   "params": sum(p.numel() for p in model.parameters()), "crop": crop,
+                   "bundle_sha256": resolved.sha256, "items": sum(len(items) for _task, items in tasks)},
+        "agreement": agree,
+        "times": times,
+        "ratio_nanochat_over_trnf": ratios(times),
+    }  # fmt: skip
+    out = args.out or REPO / "benchmarks" / "results" / f"core_{document['date']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(json.dumps(document, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
