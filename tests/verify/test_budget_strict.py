@@ -14,8 +14,18 @@ import torch
 from verify_kit import GOOD_TIMES, build_archive, step_log, tiny_state, write_files
 
 from trnfrontier import submission as fmt
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES
 from trnfrontier.verify import Options, verify_archive
+from trnfrontier.verify.report import Check
 from trnfrontier.verify.runner import _budget_check
+
+PHASE_1 = PHASES[DEFAULT_PHASE]
+
+
+def _check(root: Path) -> Check:
+    """verify's budget check of an extracted archive at ``root`` (Phase 1, the documented formula)."""
+    return _budget_check(root, None, PHASE_1)
+
 
 RESUMED = b'{"val_bpb": 12.0, "resumed_from": "runs/x/checkpoints/step_000005"}'
 
@@ -60,34 +70,34 @@ def _layout(tmp_path: Path, replace: dict[str, bytes], final_pt: object = None) 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_five_accepted_cases_are_refused_naming_the_field(case: str, tmp_path: Path) -> None:
     replace, first, second = CASES[case]
-    check = _budget_check(_layout(tmp_path, replace), None)
+    check = _check(_layout(tmp_path, replace))
     assert check.verdict == "fail" and first in check.reason and second in check.reason, check.reason
 
 
 def test_final_pt_meta_saying_over_budget_is_honoured(tmp_path: Path) -> None:
     """The kit's own final.pt meta records budget_elapsed_before_save: over the budget is over."""
     final_pt = {"model_state": tiny_state(), "model_config": {"vocab_size": 8192}, "meta": {"step": 60, "budget_elapsed_before_save": 1900.5}}
-    check = _budget_check(_layout(tmp_path, {}, final_pt=final_pt), None)
+    check = _check(_layout(tmp_path, {}, final_pt=final_pt))
     assert check.verdict == "fail"
     assert "checkpoint/final.pt meta: budget_elapsed_before_save is 1900.5 s, over the 1800 s budget" in check.reason
 
 
 def test_an_honest_archive_passes_and_a_headerless_log_reads_from_the_recorded_launch(tmp_path: Path) -> None:
-    assert _budget_check(_layout(tmp_path / "a", {}), None).verdict == "pass"
+    assert _check(_layout(tmp_path / "a", {})).verdict == "pass"
     launch = 1000.0
     plain = "".join(_line({"step": i, "time": launch + t}) for i, t in enumerate(GOOD_TIMES))
     recorded = {"val_bpb": 12.0, "step_log_start": {"time": launch, "source": "trnf's launch of the run (the log has no header line)"}}
-    check = _budget_check(_layout(tmp_path / "b", {fmt.STEP_LOG: plain.encode(), fmt.SUMMARY: json.dumps(recorded).encode()}), None)
+    check = _check(_layout(tmp_path / "b", {fmt.STEP_LOG: plain.encode(), fmt.SUMMARY: json.dumps(recorded).encode()}))
     assert check.verdict == "pass", check.reason
     assert "start time from trnf's launch of the run (the log has no header line) (as summary.json records it)" in check.reason
-    check = _budget_check(_layout(tmp_path / "c", {fmt.STEP_LOG: plain.encode()}), None)
+    check = _check(_layout(tmp_path / "c", {fmt.STEP_LOG: plain.encode()}))
     assert check.verdict == "fail" and "comes before any header line, and nothing else says when" in check.reason
 
 
 def test_a_log_of_durations_only_cannot_prove_the_budget(tmp_path: Path) -> None:
     dts = "".join(f"step {i:05d} | loss 9.0 | dt 1.00s\n" for i in range(60))
     recorded = {"val_bpb": 12.0, "step_log_start": {"time": 1000.0, "source": "trnf's launch"}}
-    check = _budget_check(_layout(tmp_path, {fmt.STEP_LOG: dts.encode(), fmt.SUMMARY: json.dumps(recorded).encode()}), None)
+    check = _check(_layout(tmp_path, {fmt.STEP_LOG: dts.encode(), fmt.SUMMARY: json.dumps(recorded).encode()}))
     assert check.verdict == "fail" and "gives each step's duration only" in check.reason
 
 
