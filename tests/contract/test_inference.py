@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trnfrontier.contract.inference import InferenceError, import_inference, load_inference
-from trnfrontier.packaging.inference_py import inference_py_source
+from trnfrontier.contract.inference_source import inference_py_source
 from trnfrontier.runtime import checkpoint as ck
 from trnfrontier.runtime.model import GPT, GPTConfig
 

@@ -49,8 +49,8 @@ def test_phase_2_kit_package_ships_the_inference_py_beside_train_py(
 ) -> None:
     import shutil
 
+    from trnfrontier.contract.inference_source import inference_py_source
     from trnfrontier.contract.launch import launch_line
-    from trnfrontier.packaging.inference_py import inference_py_source
 
     train_py, run_dir = one_rank_run
     team = tmp_path / "team"

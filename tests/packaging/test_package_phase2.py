@@ -11,10 +11,10 @@ import pytest
 
 from tests.verify import verify_kit
 from trnfrontier import submission as fmt
+from trnfrontier.contract.inference_source import inference_py_source
 from trnfrontier.contract.launch import launch_line
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.build import package_run
-from trnfrontier.packaging.inference_py import inference_py_source
 
 SERVER_LAUNCH = launch_line(64, 2)
 

@@ -13,8 +13,8 @@ import pytest
 from verify_kit import build_archive, good_meta, pins_file
 
 from trnfrontier import submission as fmt
+from trnfrontier.contract.inference_source import inference_py_source
 from trnfrontier.contract.launch import launch_line
-from trnfrontier.packaging.inference_py import inference_py_source
 from trnfrontier.verify import Options, verify_archive
 from trnfrontier.verify.inference_check import TV_TOLERANCE, total_variation
 

@@ -63,9 +63,9 @@ def command(
 ) -> int:
     """Write a single-file train.py (model, Muon + AdamW, the budgeted loop, load_for_eval) you
     own; for Phase 2 also the inference.py the organisers run CORE through."""
+    from trnfrontier.contract.inference_source import inference_py_source
     from trnfrontier.contract.phases import phase_of
     from trnfrontier.packaging.build import launch_for  # imports torch: only when the command runs
-    from trnfrontier.packaging.inference_py import inference_py_source
     from trnfrontier.packaging.trainpy import render_train_py
     from trnfrontier.recipes.loading import load_recipe
 

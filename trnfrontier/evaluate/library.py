@@ -191,7 +191,7 @@ def core_inference_py(target: Target, recorded: dict[str, Any]) -> str | None:
         beside = target.train_py.parent / INFERENCE_PY
         return str(beside) if beside.is_file() else None
     if recorded.get("phase", 1) != 1:
-        from trnfrontier.packaging.inference_py import TEMPLATE
+        from trnfrontier.contract.inference_source import TEMPLATE
 
         return str(TEMPLATE)
     return None

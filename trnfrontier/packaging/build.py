@@ -21,6 +21,7 @@ from typing import Any
 
 from trnfrontier import __version__
 from trnfrontier import submission as fmt
+from trnfrontier.contract.inference_source import inference_py_source
 from trnfrontier.contract.launch import (
     NPROC_CHOICES,
     LaunchError,
@@ -32,7 +33,6 @@ from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase, phase_of
 from trnfrontier.contract.pins import load_pins
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.packaging.finished_run import RunDir, checkpoint_params, read_run, refusal_reasons
-from trnfrontier.packaging.inference_py import inference_py_source
 from trnfrontier.packaging.trainpy import render_train_py, runtime_members, uses_kernels
 from trnfrontier.packaging.writeup import (
     curve_caption,
@@ -356,7 +356,7 @@ def package_run(
 ) -> PackageResult:
     """Package a `trnf train` run directory (or one ``read_run`` already read) as a
     submission archive at ``out``. A Phase 2 run also ships the ``inference.py`` the
-    organisers run CORE through (``packaging/inference_py.py``)."""
+    organisers run CORE through (``contract/inference_source.py``)."""
     run: RunDir = run_dir if isinstance(run_dir, RunDir) else read_run(run_dir)
     team_text = read_team_text(writeup)
     if team_text is None:  # the write-up trnf train left in the run directory, as the team edited it
