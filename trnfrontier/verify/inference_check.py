@@ -8,11 +8,12 @@ the other, and the probes are drawn afresh from ``seed`` for each verify run.
 - consistent: on random token rows and on rows of the CORE bundle, inference.py's
   next-token distributions equal ``softmax(load_for_eval(...)(tokens))`` at every position:
   the total variation distance (half the L1 distance of the two distributions, the
-  probability mass that moves) is at most ``TV_TOLERANCE``. Why 0.02: on a trained model,
-  float32 reorderings (a batch of one, the shared-prefix cache) move under 1e-6 and
-  bfloat16 inference at most 0.010, while one more optimizer step moved up to 0.59 and
-  weights 0.1% off 0.003 (measured; docs/phase2.md). Another model, another checkpoint of
-  a different run, or answers from a table fail it; random probes defeat any answer cache.
+  probability mass that moves) is at most ``TV_TOLERANCE``. Why 0.02: on a small trained
+  model (``benchmarks/bench_inference_noise.py``) a batch of one moved nothing, the
+  shared-prefix cache 8e-7, bfloat16 inference 0.010, weights 0.1% off 0.004, and one more
+  optimizer step 0.68. So faster or lower-precision inference passes; another model, the
+  checkpoint of a different run, or answers from a table fail it; random probes defeat
+  any answer cache.
 - causal and batch independent: a position's distribution does not move when later tokens
   change, nor with the rest of the batch (same tolerance).
 - core-time: a small CORE run (``CORE_ITEMS_PER_TASK`` items per task of the bundle, or one
