@@ -48,8 +48,10 @@ def command(
         raise UsageError(f"{archive}: is a directory; give the path of a submission archive (trnf package writes one)")
     if not archive.is_file():
         raise UsageError(f"{archive}: no such file; give the path of a submission archive")
+    from trnfrontier.contract.pins import check_pins_file
     from trnfrontier.verify.filetype import not_an_archive
 
+    check_pins_file(pins)  # usage errors before what the archive holds
     what = None if json_output else not_an_archive(archive)
     if what is not None:  # the one line that matters, not a table of checks that never ran
         raise TrnfError(

@@ -90,13 +90,18 @@ def _default_tokenizer() -> Pin:
     return Pin(*active)
 
 
+def check_pins_file(pins_file: Path | None) -> None:
+    """A ``--pins`` that names no file is a usage error, found before any other work."""
+    if pins_file is not None and not pins_file.is_file():
+        raise UsageError(f"--pins {pins_file}: no such file")
+
+
 def load_pins(pins_file: Path | None = None) -> Pins:
     """Resolve the pins (see the module docstring for the order)."""
     configured: dict[str, object] = {}
     source = ""
     candidate = pins_file if pins_file is not None else trnf_home() / "pins.json"
-    if pins_file is not None and not pins_file.is_file():
-        raise UsageError(f"--pins {pins_file}: no such file")
+    check_pins_file(pins_file)
     if candidate.is_file():
         try:
             configured = json.loads(candidate.read_text(encoding="utf-8"))
