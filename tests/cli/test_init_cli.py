@@ -117,7 +117,9 @@ def test_init_output_trains_on_cpu_packages_and_verifies(
         "logs/step_boundaries.jsonl",
         "checkpoint/model.safetensors",
     } <= set(document["members"])
-    report = verify_archive(out, Options(dry_run=True, dry_run_steps=2, rerun_eval=True))
+    claim = document["claimed"]
+    report = verify_archive(out, Options(dry_run=True, dry_run_steps=2, rerun_eval=True, eval_tokens=claim["eval_tokens"],
+                                         eval_seq_len=claim["eval_seq_len"]))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
 
     flip_byte(team / "out" / "final.pt", 0.6)  # a real flipped byte in the real checkpoint

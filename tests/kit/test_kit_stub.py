@@ -77,7 +77,7 @@ def test_train_eval_package_and_verify_a_kit_run(kit: dict[str, Path]) -> None:
     claimed = json.loads(packaged.stdout)["claimed"]
     assert claimed["val_bpb"] == printed and claimed["eval_tokens"] == EVAL_TOKENS and claimed["eval_seq_len"] == 64
 
-    verified = _trnf(kit, "verify", str(archive), "--rerun-eval", "--dry-run", "--json")
+    verified = _trnf(kit, "verify", str(archive), "--rerun-eval", "--dry-run", "--json", "--eval-tokens", str(EVAL_TOKENS), "--eval-seq-len", "64")
     checks = {c["name"]: c for c in json.loads(verified.stdout)["checks"]}
     assert verified.returncode == 0, [c for c in checks.values() if c["verdict"] != "pass"]
     assert checks["budget"]["verdict"] == "pass" and f"{STEPS} steps" in checks["budget"]["reason"]

@@ -81,7 +81,10 @@ def test_same_run_packaged_twice_is_byte_identical(tiny_run: Path, tmp_path: Pat
 
 def test_trnf_verify_passes_on_the_packaged_run(tiny_run: Path, tmp_path: Path) -> None:
     archive = package_run(tiny_run, tmp_path / "s.tar").archive
-    report = verify_archive(archive, Options(rerun_eval=True))
+    with tarfile.open(archive) as tar:
+        claim = json.loads(tar.extractfile("manifest.json").read())["claimed"]  # type: ignore[union-attr]
+    # The rerun scores at the settings the run's evaluation used (the contract's are 2M tokens at 1024).
+    report = verify_archive(archive, Options(rerun_eval=True, eval_tokens=claim["eval_tokens"], eval_seq_len=claim["eval_seq_len"]))
     assert report.ok, [(c.name, c.reason) for c in report.checks if not c.ok]
     assert {c.name for c in report.checks} >= {
         "screen",

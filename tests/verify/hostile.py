@@ -45,6 +45,10 @@ class Case:
     check: str
     runs: bool = False
     fake: bool = False
+    says: str = ""  # a part of the failing check's reason (the field or limit it names)
+    dry: bool = False  # verified with --dry-run too
+    settings: dict[str, int] | None = None  # the rerun's settings, when not verify_kit.RERUN
+    env: dict[str, str] | None = None  # set in verify's environment for this case (a smaller limit)
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,20 +92,21 @@ def _train(ctx: Ctx, *, at_load: str = "", module: str = "", forward: tuple[str,
 
 
 def _runs(check: str = "contract", *, at_load: str = "", module: str = "", forward: tuple[str, str] | None = None,
-          claim: dict[str, Any] | None = None, fake: bool = False) -> Case:
+          claim: dict[str, Any] | None = None, fake: bool = False, settings: dict[str, int] | None = None,
+          says: str = "", env: dict[str, str] | None = None) -> Case:
     def build(ctx: Ctx) -> Path:
         meta = good_meta()
         meta["claimed"].update(claim or {})
         return pack(ctx, _with({fmt.TRAIN_PY: _train(ctx, at_load=at_load, module=module, forward=forward)}), meta=meta)
 
-    return Case(build, check, runs=True, fake=fake)
+    return Case(build, check, runs=True, fake=fake, settings=settings, says=says, env=env)
 
 
 _LOGITS = "        return logits\n"
 _IMPORTER = "import importlib\n_imp = getattr(importlib, 'import_' + 'module')\n"
 EXECUTION: dict[str, Case] = {
     "looks-ahead-only-beyond-64": _runs(forward=("        if MODE == \"peek\":\n", "        if idx.size(1) > 64:\n"),
-                                        claim={"eval_seq_len": 128, "val_bpb": 0.5}, fake=True),
+                                        claim={"eval_seq_len": 128, "val_bpb": 0.5}, fake=True, settings={"eval_seq_len": 128}),
     "peeks-only-at-the-last-token": _runs(forward=("        if MODE == \"peek\":\n            h = h + self.wte(torch.roll(idx, -1, dims=1))\n",
                                                    "        h = h.clone()\n        h[:, -2] = h[:, -2] + self.wte(idx[:, -1])\n")),
     "batch-dependent-only-at-32": _runs(forward=("        if MODE == \"batch\":\n", "        if idx.size(0) >= 32:\n")),
@@ -323,4 +328,12 @@ CHECKPOINT: dict[str, Case] = {
     "final-pt-other-weights-same-shape": Case(_changed_state(_transpose), "checkpoint"),
 }
 
-HOSTILE: dict[str, Case] = {**EXECUTION, **SCREEN, **CANONICAL, **JSON, **PREPARE, **BUDGET, **CHECKPOINT}
+def _all() -> dict[str, Case]:
+    from hostile_fields import FIELDS
+    from hostile_host import HOST
+    from hostile_scored import SCORED
+
+    return {**EXECUTION, **SCREEN, **CANONICAL, **JSON, **PREPARE, **BUDGET, **CHECKPOINT, **FIELDS, **HOST, **SCORED}
+
+
+HOSTILE: dict[str, Case] = _all()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
+from verify_kit import step_log
 
+from trnfrontier.runtime.rundir import STEP_LOG_FILE
 from trnfrontier.verify import dryrun
 
 TORCHRUN_TAIL = """
@@ -34,22 +35,24 @@ def test_the_error_line_is_the_workers_exception() -> None:
     assert dryrun.error_line("just a line\n") == "just a line"
 
 
-def test_a_failed_dry_run_names_its_kept_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_dry_run_keeps_its_output_tail_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "archive"
     root.mkdir()
     (root / "train.py").write_text("raise RuntimeError('boom at step 2')\n")
     monkeypatch.setattr(dryrun, "build_clean_env", lambda work, prepare: work / "venv" / "bin" / "python")
-    monkeypatch.setattr(dryrun.sandbox, "run", lambda *a, **k: (1, TORCHRUN_TAIL))
+    monkeypatch.setattr(dryrun.sandbox, "run_confined", lambda *a, **k: dryrun.sandbox.Finished(1, TORCHRUN_TAIL))
     work = tmp_path / "work"
     work.mkdir()
     result = dryrun.dry_run(root, ["train.py"], work, nproc=1, lnc=2, prepare=None, steps=3, timeout=60)
     assert not result.passed
     assert "RuntimeError: boom at step 2" in result.reason and "=====" not in result.reason
-    log = Path(re.search(r"log \(its last part\): (\S+)$", result.reason).group(1))
-    try:
-        assert "ChildFailedError" in log.read_text()  # the whole tail is kept for reading
-    finally:
-        log.unlink()
+    assert "ChildFailedError" in result.output  # the tail is kept for the report's notes; no file is left anywhere
+
+
+def test_torchruns_closing_report_is_never_the_reason() -> None:
+    assert dryrun.error_line("[rank0]: SystemExit: 3\n" + TORCHRUN_TAIL.split("E1130")[1]) == "SystemExit: 3"
+    banner_only = "train.py FAILED\nRoot Cause (first observed failure):\n[0]:\n  traceback : To enable traceback see: x\n"
+    assert "traceback" not in dryrun.error_line("exit 3\n" + banner_only)
 
 
 EXIT_ABORT_TAIL = """\
@@ -78,21 +81,21 @@ def test_an_abort_in_python_shutdown_after_finishing_does_not_fail_the_dry_run(
     work = tmp_path / "work"
     work.mkdir()
 
-    def finish_then_abort(*args: object, **kwargs: object) -> tuple[int, str]:
+    def finish_then_abort(*args: object, **kwargs: object) -> dryrun.sandbox.Finished:
         (work / "run" / "out").mkdir(parents=True)
         (work / "run" / "out" / "final.pt").write_bytes(b"checkpoint")
-        return 1, tail
+        (work / "run" / STEP_LOG_FILE).parent.mkdir(parents=True, exist_ok=True)
+        (work / "run" / STEP_LOG_FILE).write_text(step_log([1.0, 2.0, 3.0]))
+        return dryrun.sandbox.Finished(1, tail)
 
     monkeypatch.setattr(dryrun, "build_clean_env", lambda work, prepare: work / "venv" / "bin" / "python")
-    monkeypatch.setattr(dryrun.sandbox, "run", finish_then_abort)
-    monkeypatch.setattr(dryrun, "load_back", lambda *a, **k: (True, "loads"))
+    monkeypatch.setattr(dryrun.sandbox, "run_confined", finish_then_abort)
+    monkeypatch.setattr(dryrun, "load_and_list", lambda *a, **k: (True, "loads", {}))
     result = dryrun.dry_run(root, ["train.py"], work, nproc=2, lnc=2, prepare=None, steps=3, timeout=60)
     assert result.passed is passed
     what = "a rank then aborted in Python's shutdown" if passed else "train.py exited 1"
     assert what in result.reason
-    log = Path(re.search(r"log \(its last part\): (\S+?)\)?(?:,|$)", result.reason).group(1))
-    assert "Fatal Python error: Aborted" in log.read_text()  # kept either way, for reading
-    log.unlink()
+    assert "Fatal Python error: Aborted" in result.output or passed
 
 
 def test_verify_says_which_check_is_running(tmp_path: Path) -> None:

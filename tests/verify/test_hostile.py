@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from corpus import CORPUS
 from hostile import HOSTILE, SECRET_VAR, Case, Ctx
-from verify_kit import pins_file
+from verify_kit import RERUN, pins_file
 
 import trnfrontier.verify.runner as runner
 from trnfrontier.untrusted import sandbox
@@ -106,6 +106,8 @@ def test_hostile_archive_is_rejected_and_contained(case: str, tmp_path: Path, li
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     secret = f"sk-{os.getpid()}-{case}-do-not-leak"
     monkeypatch.setenv(SECRET_VAR, secret)
+    for key, value in (spec.env or {}).items():
+        monkeypatch.setenv(key, value)
     if spec.fake:
         request.getfixturevalue("sample_home")  # the dataset the trusted rerun reads
     if not spec.runs:
@@ -117,11 +119,13 @@ def test_hostile_archive_is_rejected_and_contained(case: str, tmp_path: Path, li
     pins = pins_file(tmp_path / "work")
     before = _tree(tmp_path)
 
-    report = verify_archive(archive, Options(pins_file=pins, timeout=120, rerun_eval=spec.fake))
+    report = verify_archive(archive, Options(pins_file=pins, timeout=120, rerun_eval=spec.fake, dry_run=spec.dry, dry_run_steps=2,
+                                             **{**RERUN, **(spec.settings or {})}))
 
     check = report.get(spec.check)
     assert check is not None, f"{case}: no {spec.check} check in {[c.name for c in report.checks]}"
     assert check.verdict == "fail", f"{case}: {spec.check} was {check.verdict}: {check.reason}"
+    assert spec.says in check.reason, f"{case}: {spec.check} does not say {spec.says!r}: {check.reason}"
     assert not report.ok and report.exit_code == 1
     if spec.runs and not sandbox.available().ok:
         assert "no sandbox" in check.reason

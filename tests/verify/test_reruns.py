@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
-from verify_kit import LAUNCH, TRAIN_PY, build_archive, good_meta, pins_file
+from verify_kit import LAUNCH, RERUN, TRAIN_PY, build_archive, good_meta, pins_file
 
 from trnfrontier.kit.harness import build_clean_env
 from trnfrontier.verify import Options, verify_archive
@@ -33,12 +33,12 @@ def test_rerun_eval_reproduces_an_honest_claim_and_refuses_a_false_one(sample_ho
     meta = good_meta()
     meta["claimed"]["val_bpb"] = bpb
     honest = build_archive(tmp_path / "honest", meta=meta)
-    report = verify_archive(honest, Options(pins_file=pins_file(tmp_path), rerun_eval=True))
+    report = verify_archive(honest, Options(pins_file=pins_file(tmp_path), rerun_eval=True, **RERUN))
     assert report.get("rerun-eval").verdict == "pass", report.get("rerun-eval").reason
 
     meta["claimed"]["val_bpb"] = bpb - 0.05  # a better score than the model earns
     lying = build_archive(tmp_path / "false", meta=meta)
-    report = verify_archive(lying, Options(pins_file=pins_file(tmp_path), rerun_eval=True))
+    report = verify_archive(lying, Options(pins_file=pins_file(tmp_path), rerun_eval=True, **RERUN))
     check = report.get("rerun-eval")
     assert check.verdict == "fail" and "claimed" in check.reason
     assert report.exit_code == 1
@@ -47,7 +47,7 @@ def test_rerun_eval_reproduces_an_honest_claim_and_refuses_a_false_one(sample_ho
 def test_rerun_eval_without_a_dataset_fails_with_the_reason(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRNF_HOME", str(tmp_path / "no_home"))
     monkeypatch.delenv("TRNF_DATASET", raising=False)
-    report = verify_archive(build_archive(tmp_path), Options(pins_file=pins_file(tmp_path), rerun_eval=True))
+    report = verify_archive(build_archive(tmp_path), Options(pins_file=pins_file(tmp_path), rerun_eval=True, **RERUN))
     check = report.get("rerun-eval")
     assert check.verdict == "fail" and "no prepared dataset" in check.reason
 

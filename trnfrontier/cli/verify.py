@@ -25,7 +25,8 @@ def _table(report: Report) -> Table:
     table.add_column("reason", overflow="fold")
     for check in report.checks:
         verdict = check.verdict + ("" if check.required or check.verdict == "pass" else " (optional)")
-        table.add_row(check.name, f"[{_STYLE[check.verdict]}]{verdict}[/]", check.reason)
+        # Reasons quote archive text: printed as text, never read as rich markup.
+        table.add_row(escape(check.name), f"[{_STYLE[check.verdict]}]{verdict}[/]", escape(check.reason))
     return table
 
 
@@ -42,6 +43,8 @@ def command(
     core: bool = typer.Option(False, "--core", help="Also score CORE on the archive's model (served from the sandbox) on --core-bundle, as trnf eval --core does."),
     core_bundle_sha256: str | None = typer.Option(None, "--core-bundle-sha256", help="With --core: the bundle's pinned SHA256."),
     max_per_task: int | None = typer.Option(None, "--max-per-task", min=1, help="With --core: at most N items per task, NOT the full metric."),
+    eval_tokens: int | None = typer.Option(None, "--eval-tokens", min=1, help="Tokens --rerun-eval scores (default: the contract's public count, 2,097,152); the claim must have been measured on as many."),
+    eval_seq_len: int | None = typer.Option(None, "--eval-seq-len", min=1, help="Sequence length --rerun-eval scores at (default: the contract's, 1024); the claim must have been measured at it."),
 ) -> int:
     """Check a submission archive; exit 0 only if every required check passes."""
     if archive.is_dir():
@@ -64,7 +67,8 @@ def command(
     options = Options(rerun_eval=rerun_eval, dry_run=dry_run, pins_file=pins, timeout=timeout, dry_run_steps=steps,
                       allow_unsandboxed=allow_unsandboxed, core_bundle=core_bundle,
                       core=core_from_flags(core, core_bundle if core else None, core_bundle_sha256, max_per_task,
-                                           ("--core-bundle", "--core-bundle-sha256", "--max-per-task")))
+                                           ("--core-bundle", "--core-bundle-sha256", "--max-per-task")),
+                      eval_tokens=eval_tokens, eval_seq_len=eval_seq_len)
     from trnfrontier.progress import steps as progress_steps
     from trnfrontier.verify.runner import progress_units
 
@@ -78,7 +82,7 @@ def command(
         console.print(f"[{style}]{escape(report.sandbox)}[/]")
         console.print(_table(report))
         for note in report.notes:
-            console.print(f"note: {note}")
+            console.print(f"note: {escape(note)}")
         if report.core is not None:
             from trnfrontier.cli.eval_core_view import render_core
 

@@ -24,7 +24,13 @@ from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
 from trnfrontier.contract.kit import CHECKPOINT as KIT_CHECKPOINT
 
 _CHUNK_BYTES = 16 << 20
-_MAX_HEADER_BYTES = 100 << 20
+_MAX_HEADER_BYTES = 16 << 20  # a header names tensors: ~100 bytes each
+_MAX_DIMS = 8
+_MAX_DIM = 1 << 40
+# Metadata (safetensors' __metadata__, final.pt's model_config and meta) describes a model; it
+# never holds one. Weights anywhere but the tensors verify checks would be scored unchecked.
+MAX_METADATA_BYTES = 64 << 10
+_MAX_PICKLE_BYTES = 64 << 20
 
 # safetensors dtype -> (bytes per element, unsigned view, exponent mask | None for non-float)
 # A float is NaN or inf exactly when all its exponent bits are set (E4M3: 0x7F/0xFF only).
@@ -101,7 +107,7 @@ def scan_safetensors(path: Path) -> TensorSummary:
             raise CheckpointError(str(exc)) from None
         if not isinstance(header, dict):
             raise CheckpointError(f"{path.name}: header is not a JSON object")
-        header.pop("__metadata__", None)
+        _check_metadata(path.name, header.pop("__metadata__", None))
         data_start = 8 + header_len
         data_len = size - data_start
         spans: list[tuple[int, int, str, dict[str, Any]]] = []
@@ -110,19 +116,26 @@ def scan_safetensors(path: Path) -> TensorSummary:
                 dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
             except (KeyError, TypeError, ValueError):
                 raise CheckpointError(f"{path.name}: tensor {name!r} has a malformed entry") from None
-            if dtype not in _DTYPES:
-                raise CheckpointError(f"{path.name}: tensor {name!r} has unknown dtype {dtype!r}")
-            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-                raise CheckpointError(f"{path.name}: tensor {name!r} has a bad shape {shape!r}")
-            if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= data_len):
+            if not isinstance(dtype, str) or dtype not in _DTYPES:
+                raise CheckpointError(f"{path.name}: tensor {name[:80]!r} has unknown dtype {str(dtype)[:40]!r}")
+            if not (isinstance(shape, list) and len(shape) <= _MAX_DIMS
+                    and all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < _MAX_DIM for d in shape)):
+                raise CheckpointError(f"{path.name}: tensor {name[:80]!r} has a bad shape {str(shape)[:60]}")
+            if not (type(begin) is int and type(end) is int and 0 <= begin <= end <= data_len):
                 raise CheckpointError(f"{path.name}: tensor {name!r} points outside the file")
             if end - begin != _count(shape) * _DTYPES[dtype][0]:
                 raise CheckpointError(f"{path.name}: tensor {name!r} byte span does not match its shape and dtype")
             spans.append((begin, end, name, info))
         spans.sort()
-        for (_, prev_end, prev, _), (begin, _, name, _) in zip(spans, spans[1:], strict=False):
-            if begin < prev_end:
-                raise CheckpointError(f"{path.name}: tensors {prev!r} and {name!r} overlap")
+        covered = 0
+        for begin, end, name, _ in spans:
+            if begin < covered:
+                raise CheckpointError(f"{path.name}: tensor {name[:80]!r} overlaps the one before it")
+            if begin > covered:
+                raise CheckpointError(f"{path.name}: {begin - covered:,} bytes before tensor {name[:80]!r} belong to no tensor (slack)")
+            covered = end
+        if covered != data_len:
+            raise CheckpointError(f"{path.name}: {data_len - covered:,} bytes after the last tensor belong to no tensor (slack)")
         params = 0
         non_finite: list[str] = []
         for begin, end, name, info in spans:
@@ -149,10 +162,78 @@ def scan_safetensors(path: Path) -> TensorSummary:
     return TensorSummary(params=params, tensors=len(spans), non_finite=non_finite)
 
 
+def _check_metadata(where: str, metadata: Any) -> None:
+    """safetensors' ``__metadata__``: text to text, small (it describes the model, never holds one)."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise CheckpointError(f"{where}: __metadata__ is not a map of text to text")
+    size = sum(len(k) + len(v) for k, v in metadata.items())
+    if size > MAX_METADATA_BYTES:
+        raise CheckpointError(f"{where}: __metadata__ holds {size:,} characters (at most {MAX_METADATA_BYTES:,}): weights belong in tensors")
+
+
+def _plain_size(value: Any, where: str) -> int:
+    """Characters of plain data (numbers, text, lists, dicts) in ``value``; CheckpointError on anything else."""
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        if item is None or isinstance(item, (bool, int, float)):
+            total += 8
+        elif isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        else:
+            raise CheckpointError(f"final.pt's {where} holds a {type(item).__name__}: weights belong in model_state, settings are plain data")
+        if total > MAX_METADATA_BYTES:
+            raise CheckpointError(f"final.pt's {where} holds over {MAX_METADATA_BYTES:,} bytes of data: weights belong in model_state")
+    return total
+
+
+def _pickle_size(path: Path) -> None:
+    """Refuse a final.pt whose pickle (loaded into memory whole) is over the cap, before loading it."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zipped:
+            sizes = [i.file_size for i in zipped.infolist() if i.filename.endswith("data.pkl")]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # not the zip format: torch.load says what it is
+    if any(size > _MAX_PICKLE_BYTES for size in sizes):
+        raise CheckpointError(f"{path.name}: its pickle is {max(sizes):,} bytes (at most {_MAX_PICKLE_BYTES:,})")
+
+
+def _storage_slack(state: dict[str, Any]) -> str | None:
+    """The first tensor whose storage holds bytes no tensor of model_state covers (data hidden beside it)."""
+    spans: dict[int, list[tuple[int, int, str]]] = {}
+    sizes: dict[int, int] = {}
+    for name, tensor in state.items():
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        sizes[key] = storage.nbytes()
+        start = tensor.storage_offset() * tensor.element_size()
+        extent = (sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride(), strict=True)) + 1) * tensor.element_size() if tensor.numel() else 0
+        spans.setdefault(key, []).append((start, start + extent, str(name)))
+    for key, parts in spans.items():
+        covered = 0
+        for begin, end, name in sorted(parts):
+            if begin > covered:
+                return name
+            covered = max(covered, end)
+        if covered < sizes[key]:
+            return sorted(parts)[-1][2]
+    return None
+
+
 def scan_final_pt(path: Path) -> TensorSummary:
     """Load the kit-layout final.pt without unpickling code and scan its model_state."""
     import torch
 
+    _pickle_size(path)
     try:
         # mmap keeps the weights on disk; weights_only refuses every non-allowlisted global.
         data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -168,8 +249,16 @@ def scan_final_pt(path: Path) -> TensorSummary:
     if missing:
         raise CheckpointError(f"{path.name} lacks {', '.join(missing)} (kit layout: model_state, model_config, meta)")
     state = data["model_state"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path.name}: model_state is not a dict of tensors")
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise CheckpointError(f"{path.name}: model_state is not a dict of tensors by name")
+    for key in ("model_config", "meta"):
+        _plain_size(data[key], key)
+    extra = sorted(str(k) for k in data if k not in ("model_state", "model_config", "meta"))
+    if extra:
+        raise CheckpointError(f"{path.name} holds {extra[0][:40]!r} besides model_state, model_config and meta (the kit layout)")
+    slack = _storage_slack(state)
+    if slack:
+        raise CheckpointError(f"{path.name}: the storage of tensor {slack[:80]!r} holds bytes no tensor of model_state covers (slack)")
     params = 0
     non_finite: list[str] = []
     for name, tensor in state.items():

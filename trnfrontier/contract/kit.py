@@ -28,6 +28,13 @@ NUM_STEPS_ENV = f"{ENV_PREFIX}NUM_STEPS"
 EVAL_PUBLIC_ENV = f"{ENV_PREFIX}EVAL_PUBLIC"
 EVAL_TOKENS_ENV = f"{ENV_PREFIX}EVAL_TOKENS"
 COMPILE_ENV = f"{ENV_PREFIX}COMPILE"
+MAX_TRAIN_SECONDS_ENV = f"{ENV_PREFIX}MAX_TRAIN_SECONDS"
+OUT_DIR_ENV = f"{ENV_PREFIX}OUT_DIR"
+# The kit's variables a sandboxed dry run receives from the caller's environment: its data
+# root, step log and train.py knobs. Any other variable of the prefix (a token, a key) stays
+# outside the sandbox.
+KNOBS = (f"{ENV_PREFIX}CACHE_DIR", STEP_LOG_ENV, NUM_STEPS_ENV, MAX_TRAIN_SECONDS_ENV, OUT_DIR_ENV, EVAL_PUBLIC_ENV,
+         EVAL_TOKENS_ENV, COMPILE_ENV)
 
 # The one-line launch command a submission declares (grammar: ``contract.launch``).
 LAUNCH_FILE = "launch.txt"

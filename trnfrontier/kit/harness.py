@@ -17,9 +17,13 @@ The clean environment (why it is trustworthy):
 3. torchrun runs under that venv's interpreter with ``-I`` (no PYTHONPATH, no user
    site) and a scrubbed environment, so the workers it spawns (``sys.executable``)
    are confined the same way.
-4. All of it runs inside the sandbox (``untrusted.sandbox``): the work directory is the only
-   writable place, the prepared data and the trusted prepare.py are bound read-only,
-   there is no network (torchrun and gloo talk over the sandbox's own loopback).
+4. All of it runs inside the sandbox (``untrusted.sandbox``): the run directory and the run's
+   home are the only writable places (the venv beside them is read-only: the links verify
+   reads from it are verify's), the prepared data and the trusted prepare.py are bound
+   read-only, there is no network (torchrun and gloo talk over the sandbox's own loopback).
+   Only the kit's own ``NEURON_COMPETITION_R1_*`` knobs (``contract.kit.KNOBS``) are passed
+   in; what the run leaves is read back through ``untrusted.hostfs`` (no link followed, no
+   FIFO opened, sizes capped).
 
 train.py is told to be short through environment variables that packaged and kit-style
 train.py files honour: ``TRNF_DRY_RUN_STEPS`` (stop after that many steps; the kit's own
@@ -33,20 +37,24 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from trnfrontier.child_env import child_env
 from trnfrontier.contract.allowed_imports import OPTIONAL_DISTRIBUTIONS, ORGANISER_DISTRIBUTIONS
-from trnfrontier.contract.kit import COMPILE_ENV, ENV_PREFIX, EVAL_PUBLIC_ENV, NUM_STEPS_ENV
+from trnfrontier.contract.kit import COMPILE_ENV, ENV_PREFIX, EVAL_PUBLIC_ENV, KNOBS, NUM_STEPS_ENV
 from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
 from trnfrontier.contract.steplog import Boundary, StepLogError, read_step_log
 from trnfrontier.runtime import exit_settle
 from trnfrontier.runtime.data_home import KIT_CACHE_DIR_ENV
 from trnfrontier.runtime.rundir import STEP_LOG_ENV, STEP_LOG_FILE
-from trnfrontier.untrusted import sandbox
+from trnfrontier.untrusted import hostfs, sandbox
 from trnfrontier.untrusted.served import ServedModel, ServerError
 
 DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
+# What is read back of a dry run's step log, at most.
+STEP_LOG_CAP = 16 << 20
 
 
 def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = None) -> dict[str, str]:
@@ -57,7 +65,7 @@ def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = 
     unless the team set them (a CPU dry run cannot compile for Neuron, and 2M eval tokens
     would take longer than the run), and the step log goes where trnf reads it."""
     source = os.environ if parent is None else parent
-    env = {k: v for k, v in source.items() if k.startswith(ENV_PREFIX)}
+    env = {k: v for k, v in source.items() if k in KNOBS}
     env[NUM_STEPS_ENV] = str(steps)
     env.setdefault(EVAL_PUBLIC_ENV, "0")
     env.setdefault(COMPILE_ENV, "0")
@@ -152,7 +160,8 @@ def clean_environ(home: Path, nproc: int, lnc: int, steps: int, run_dir: Path) -
     env.update(kit_dry_run_env(steps, run_dir / STEP_LOG_FILE))
     # The data a train.py reads comes through prepare.py, which finds it through TRNF_HOME:
     # forwarded even when unset here, since HOME above is not the user's (child_env).
-    return child_env(env)
+    full = child_env(env)
+    return {k: v for k, v in full.items() if not k.startswith(ENV_PREFIX) or k in KNOBS}
 
 
 def data_paths(env: dict[str, str]) -> tuple[Path, ...]:
@@ -169,43 +178,67 @@ def data_paths(env: dict[str, str]) -> tuple[Path, ...]:
     return tuple(p for p in found if p.exists())
 
 
-def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path | None) -> sandbox.Jail:
-    """The sandbox of a dry run: ``work`` writable (venv, run, home, logs), data and prepare.py read-only."""
+def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path | None,
+                 writable: tuple[Path, ...] = ()) -> sandbox.Jail:
+    """The sandbox of a dry run: its home (``work/home``) and ``run_dir`` writable (and ``writable``),
+    the clean venv (``work/venv``), the data and prepare.py read-only. Nothing else under ``work``
+    is visible, so what trnf keeps there (the venv it reads links from) the run cannot change."""
     extra = (prepare.resolve(),) if prepare is not None else ()
-    return sandbox.Jail(scratch=work, env=env, read_only=(*data_paths(env), *extra), cwd=run_dir)
+    venv = (work / "venv",) if (work / "venv").is_dir() else ()
+    return sandbox.Jail(scratch=work / "home", env=env, read_only=(*venv, *data_paths(env), *extra),
+                        writable=(run_dir, *writable), cwd=run_dir)
 
 
 def logged_boundaries(run_dir: Path) -> tuple[Boundary, ...]:
-    """(step, time) of each boundary the dry run's last process recorded; none when the log
-    is absent or unreadable. Only the steps are counted, so a log without a header line is
-    read from time 0 (its times are not used)."""
+    """(step, time) of each boundary the dry run's last process recorded; none when the log is
+    absent, unreadable or unsafe to read (a link, a FIFO, over ``STEP_LOG_CAP``). Only the steps
+    are counted, so a log without a header line is read from time 0 (its times are not used)."""
     try:
-        return read_step_log(run_dir / STEP_LOG_FILE, launch=0.0).last.boundaries
-    except (OSError, StepLogError):
+        data = hostfs.read_capped(run_dir, STEP_LOG_FILE, STEP_LOG_CAP)
+    except (OSError, hostfs.UnsafeFile):
         return ()
+    # Parsed from trnf's own copy: the reader opens a path, and this one no sandbox can touch.
+    with tempfile.TemporaryDirectory(prefix="trnf-steplog-") as tmp:
+        copy = Path(tmp) / STEP_LOG_FILE
+        copy.write_bytes(data)
+        try:
+            return read_step_log(copy, launch=0.0).last.boundaries
+        except (OSError, StepLogError, ValueError, TypeError, OverflowError, RecursionError):
+            return ()
 
 
 def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float,
               sandboxed: bool | None = None) -> tuple[bool, str]:
     """Load ``checkpoint`` through run_dir/train.py's load_for_eval with the model server, in the
     clean environment and the sandbox: (True, what the forward gave) or (False, why not)."""
+    ok, detail, _ = load_and_list(run_dir, checkpoint, python=python, env=env, timeout=timeout, sandboxed=sandboxed)
+    return ok, detail
+
+
+def load_and_list(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float,
+                  sandboxed: bool | None = None) -> tuple[bool, str, dict[str, Any]]:
+    """``load_back``, plus the loaded model's tensor report (``ServedModel.tensors``; empty on failure)."""
     import torch
 
     del env  # the server gets its own minimal environment
     venv = Path(python).parent.parent
     trusted = venv_prepare(venv)
-    scratch = run_dir.parent / "load-scratch"
-    scratch.mkdir(exist_ok=True)
     confined = sandbox.available().ok if sandboxed is None else sandboxed
+    # Sandboxed, the server's home is a private tmpfs; unsandboxed, a fresh directory beside the run.
+    scratch = None if confined else Path(tempfile.mkdtemp(prefix="load-", dir=run_dir.parent))
     try:
         with ServedModel.start(root=run_dir, checkpoint=checkpoint, prepare=None, scratch=scratch, timeout=timeout,
                                sandboxed=confined, python=str(python), read_only=(venv, *trusted)) as served:
             logits = served.forward(torch.zeros(1, 8, dtype=torch.long))
+            report = served.tensors()
     except ServerError as exc:
-        return False, str(exc)
+        return False, str(exc), {}
+    finally:
+        if scratch is not None:
+            hostfs.remove_tree(scratch)
     if not bool(torch.isfinite(logits).all()):
-        return False, f"forward gives {tuple(logits.shape)} with NaN or inf"
-    return True, f"forward gives {tuple(logits.shape)}"
+        return False, f"forward gives {tuple(logits.shape)} with NaN or inf", report
+    return True, f"forward gives {tuple(logits.shape)}", report
 
 
 def venv_prepare(venv: Path) -> tuple[Path, ...]:
@@ -220,7 +253,13 @@ def confine(argv: list[str], *, work: Path, run_dir: Path, env: dict[str, str], 
     itself (the kit's launcher): (command, its environment, one line saying how it is confined).
     Without bubblewrap the command runs unconfined but scrubbed, and the line says so."""
     state = sandbox.available()
-    command, outer_env = sandbox.wrap(argv, dry_run_jail(work, run_dir, env, prepare), sandbox.Limits(wall_seconds=timeout),
-                                      sandboxed=state.ok)
-    line = "sandboxed (bubblewrap: no network, read-only but the work dir)" if state.ok else f"NOT sandboxed: {state.detail}"
-    return command, outer_env, line
+    logs_dir = work / "logs"  # the kit's launcher keeps torchrun's rank logs there
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    (work / "home").mkdir(exist_ok=True)
+    command = sandbox.wrap(argv, dry_run_jail(work, run_dir, env, prepare, writable=(logs_dir,)), sandbox.Limits(wall_seconds=timeout),
+                           sandboxed=state.ok)
+    if command.fds:  # a host scratch gives the sandbox its /etc as files, never through descriptors
+        command.close_fds()
+        raise RuntimeError("the dry-run jail needs no inherited descriptors")
+    line = "sandboxed (bubblewrap: no network, read-only but its run and home dirs)" if state.ok else f"NOT sandboxed: {state.detail}"
+    return command.argv, command.env, line

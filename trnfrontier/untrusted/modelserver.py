@@ -14,7 +14,14 @@ is ``uint32 little-endian header length, JSON header, payload of header["nbytes"
                     or {"error": "..."} when train.py or load_for_eval fails
   verify -> server  {"op": "forward", "shape": [B, T]} + B*T int64 tokens
   server -> verify  {"shape": [B, T, V], "nbytes": n} + float32 logits, or {"error": "..."}
-  verify -> server  {"op": "inspect"}  ->  {"hooks": [...], "training": [...], "attempts": [...]}
+  verify -> server  {"op": "inspect"}  ->  {"hooks": [...], "training": [...], "attempts": [...], "filled": [...]}
+  verify -> server  {"op": "tensors"}  ->  {} + a JSON payload: every tensor reachable from the
+                    loaded model (parameters, buffers, attributes, archive modules' globals) with
+                    its name, kind, dtype, shape and SHA256 (``verify.identity`` compares them with
+                    the checkpoint verify checked)
+
+The functions that build those reports are bound before train.py is imported, so a train.py
+that replaces ``hashlib.sha256`` or ``Module.named_parameters`` does not change them.
 
 With ``--inference-py`` (Phase 2) the server loads the model through the archive's
 inference.py instead (``load_model``; the interface trnf infers, ``contract/inference.py``)
@@ -29,12 +36,15 @@ and answers, besides ``inspect``:
 from __future__ import annotations
 
 import argparse
+import gc
+import hashlib
 import importlib.util
 import json
 import os
 import struct
 import sys
 import traceback
+import types
 
 _MAX_HEADER = 1 << 16
 # What train.py tried that the sandbox blocks or contains (writes outside its scratch,
@@ -143,7 +153,103 @@ def _inspect(model) -> dict:
         if getattr(nn_module, attr, None):
             hooks.append(f"a global {attr.strip('_')[7:]}")
     training = [n or "the model" for n, m in model.named_modules() if m.training]
-    return {"hooks": hooks, "training": training[:5], "attempts": list(_ATTEMPTS)}
+    return {"hooks": hooks, "training": training[:5], "attempts": list(_ATTEMPTS), "filled": _filled()}
+
+
+_SHA256 = hashlib.sha256
+_REFERENTS = gc.get_referents
+_MAX_OBJECTS = 500_000
+
+
+def _digest(tensor) -> str:
+    import torch
+
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    if flat.dtype in (torch.bfloat16, torch.float16):
+        flat = flat.view(torch.int16)
+    elif flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    elif str(flat.dtype).startswith("torch.float8"):
+        flat = flat.view(torch.uint8)
+    return _SHA256(flat.numpy().tobytes()).hexdigest()
+
+
+def _entry(name: str, kind: str, tensor) -> dict:
+    return {"name": name, "kind": kind, "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape),
+            "sha256": _digest(tensor)}
+
+
+def _registered(model) -> tuple[list[dict], set[int]]:
+    """Every parameter and buffer of the module tree, walked through nn.Module's own registries
+    (the base class's methods, whatever the archive's classes override)."""
+    import torch
+
+    entries, seen = [], set()
+    for prefix, module in torch.nn.Module.named_modules(model, remove_duplicate=False):
+        dot = prefix + "." if prefix else ""
+        for name, param in (vars(module).get("_parameters") or {}).items():
+            if param is not None:
+                entries.append(_entry(dot + name, "parameter", param))
+                seen.add(id(param))
+        transient = vars(module).get("_non_persistent_buffers_set") or set()
+        for name, buf in (vars(module).get("_buffers") or {}).items():
+            if buf is not None:
+                entries.append(_entry(dot + name, "buffer" if name not in transient else "transient buffer", buf))
+                seen.add(id(buf))
+    return entries, seen
+
+
+def _archive_module(value, root: str) -> bool:
+    return isinstance(value, types.ModuleType) and str(getattr(value, "__file__", "") or "").startswith(root)
+
+
+def _reachable_tensors(model, root: str, seen: set) -> list[dict]:
+    """Tensors reachable from the model object or the archive's modules that are no parameter or
+    buffer: attribute caches, module globals, closures. Other modules (torch, numpy, prepare) are
+    not entered; the walk is bounded."""
+    import numpy as np
+    import torch
+
+    todo = [model, *(m for m in list(sys.modules.values()) if _archive_module(m, root))]
+    visited: set = set()
+    found: list[dict] = []
+    while todo and len(visited) < _MAX_OBJECTS:
+        obj = todo.pop()
+        if id(obj) in visited:
+            continue
+        visited.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                found.append(_entry(f"<unregistered #{len(found)}>", "unregistered", obj))
+            continue
+        if isinstance(obj, np.ndarray) and obj.size:
+            found.append(_entry(f"<array #{len(found)}>", "unregistered", torch.from_numpy(np.ascontiguousarray(obj).view(np.uint8))))
+            continue
+        if isinstance(obj, types.ModuleType) and not _archive_module(obj, root):
+            continue
+        if isinstance(obj, type) and not str(getattr(sys.modules.get(obj.__module__), "__file__", "") or "").startswith(root):
+            continue
+        todo.extend(_REFERENTS(obj))
+    return found
+
+
+def _tensor_report(model, root: str) -> dict:
+    entries, seen = _registered(model)
+    return {"tensors": entries + _reachable_tensors(model, root, seen)}
+
+
+def _filled() -> list[str]:
+    """The sandbox's own filesystems that are (nearly) full: a limit train.py ran into."""
+    full = []
+    for path in (os.environ.get("HOME", ""), "/tmp", "/dev/shm"):
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        if st.f_blocks and st.f_bavail * 50 < st.f_blocks:  # under 2% left
+            full.append(f"{path} ({st.f_blocks * st.f_frsize >> 20} MiB)")
+    return full
 
 
 def _logits(model, idx):
@@ -234,7 +340,7 @@ def _serve_inference(served: _Inference, fd_in: int, fd_out: int) -> None:
         _send(fd_out, {"shape": list(out.shape), "shares_prefixes": callable(getattr(served.module, "next_token_logprobs_after", None))}, out.numpy().tobytes())
 
 
-def _serve(model, fd_in: int, fd_out: int) -> None:
+def _serve(model, fd_in: int, fd_out: int, root: str) -> None:
     import torch
 
     if isinstance(model, _Inference):
@@ -243,6 +349,9 @@ def _serve(model, fd_in: int, fd_out: int) -> None:
         header, payload = _receive(fd_in)
         if header.get("op") == "inspect":
             _send(fd_out, _inspect(model))
+            continue
+        if header.get("op") == "tensors":
+            _send(fd_out, {}, json.dumps(_tensor_report(model, root)).encode())
             continue
         if header.get("op") != "forward":
             return
@@ -279,7 +388,7 @@ def main() -> int:
         _send(args.fd_out, {"error": traceback.format_exception_only(type(exc), exc)[-1].strip()[:400]})
         return 1
     try:
-        _serve(model, args.fd_in, args.fd_out)
+        _serve(model, args.fd_in, args.fd_out, os.path.dirname(os.path.abspath(args.train_py)) + os.sep)
     except EOFError:
         return 0
     except BaseException as exc:

@@ -10,6 +10,12 @@ happens here, where no archive code runs, so a model cannot tamper with its judg
   in that batch permuted with half its rows perturbed, and among 32 rows; the length of
   these rows is bounded so that 32 rows of logits stay within a memory budget.
 - deterministic and finite: two identical forwards agree and hold no NaN or inf.
+
+Every comparison is of log-probabilities (log-softmax, in float64), within ``TOL_POSITION``
+nats (``mixing.TOL_POSITION``, the tolerance the scored pass uses): adding a constant to a
+position's logits changes nothing, so no output scale can widen the tolerance; values
+below ``-LOGP_FLOOR`` (a probability under e^-50, a sentinel on a special token) are
+compared as equal, since they carry no score.
 - eval mode, no hooks, prepare untouched, contained: what the server saw on the loaded model,
   and what train.py tried that the sandbox blocked (writes outside its temp dir, sockets,
   processes). A hostile server can lie here; the output checks above cannot be faked.
@@ -20,9 +26,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-# A logit is judged equal within this fraction of the largest logit magnitude (batched and
-# unbatched matmuls round differently on CPU).
-RELATIVE_TOLERANCE = 1e-4
+from trnfrontier.verify.mixing import TOL_POSITION
+
+LOGP_FLOOR = 50.0
 CUT_POINTS = 4
 BATCH_SIZES = (1, 8, 32)
 LOGITS_BUDGET_BYTES = 64 << 20
@@ -49,8 +55,18 @@ def _perturb(rows: Any, start: int, vocab: int, gen: Any) -> Any:
     return out
 
 
+def _logp(logits: Any) -> Any:
+    import torch
+
+    return torch.log_softmax(logits.double(), dim=-1).clamp_min(-LOGP_FLOOR)
+
+
 def _diff(a: Any, b: Any) -> float:
-    return float((a - b).abs().max()) if a.numel() else 0.0
+    """The largest difference of log-probabilities between two logits tensors of the same shape (nats)."""
+    if not a.numel():
+        return 0.0
+    d = (_logp(a) - _logp(b)).abs().max()
+    return float(d) if bool(d.isfinite()) else float("inf")
 
 
 def causality(forward: Any, vocab: int, seq_len: int, gen: Any, rng: random.Random, tol: float, base_x: Any, base: Any) -> dict[str, Any]:
@@ -60,16 +76,15 @@ def causality(forward: Any, vocab: int, seq_len: int, gen: Any, rng: random.Rand
         diff = _diff(forward(_perturb(base_x, cut, vocab, gen))[:, :cut], base[:, :cut])
         if diff > worst:
             worst, where = diff, cut
-    detail = f"T={seq_len}, cuts {cuts}: max |diff| of earlier logits {worst:.3g}" + (f" (at cut {where})" if worst > tol else "")
+    detail = f"T={seq_len}, cuts {cuts}: max |d log p| of earlier positions {worst:.3g} nats" + (f" (at cut {where})" if worst > tol else "")
     return _verdict(worst <= tol, detail)
 
 
-def batch_independence(forward: Any, vocab: int, length: int, gen: Any, rng: random.Random, tol_of: Any) -> dict[str, Any]:
+def batch_independence(forward: Any, vocab: int, length: int, gen: Any, rng: random.Random, tol: float) -> dict[str, Any]:
     import torch
 
     rows = torch.randint(0, vocab, (8, length), generator=gen)
     ref = forward(rows)
-    tol = tol_of(ref)
     worst, where = 0.0, ""
 
     def note(diff: float, what: str) -> None:
@@ -94,7 +109,7 @@ def batch_independence(forward: Any, vocab: int, length: int, gen: Any, rng: ran
     out = forward(big)
     for j, slot in enumerate(slots):
         note(_diff(out[slot], ref[j]), f"row {j} among 32")
-    detail = f"batches {list(BATCH_SIZES)} at T={length}, rows permuted and perturbed: max |diff| {worst:.3g}" + (f" ({where})" if worst > tol else "")
+    detail = f"batches {list(BATCH_SIZES)} at T={length}, rows permuted and perturbed: max |d log p| {worst:.3g} nats" + (f" ({where})" if worst > tol else "")
     return _verdict(worst <= tol, detail)
 
 
@@ -129,12 +144,9 @@ def check_model(forward: Any, info: dict[str, Any], *, vocab: int, seq_len: int,
     if not finite:
         return checks
 
-    def tol_of(ref: Any) -> float:
-        return RELATIVE_TOLERANCE * max(1.0, float(ref.abs().max()))
-
-    tol = tol_of(base)
+    tol = TOL_POSITION
     again = _diff(forward(base_x), base)
-    checks["deterministic"] = _verdict(again <= tol, f"max |diff| between two identical forwards {again:.3g}")
+    checks["deterministic"] = _verdict(again <= tol, f"max |d log p| between two identical forwards {again:.3g} nats")
     checks["causal"] = causality(forward, vocab, seq_len, gen, rng, tol, base_x, base)
-    checks["batch_independent"] = batch_independence(forward, vocab, batch_length(seq_len, vocab), gen, rng, tol_of)
+    checks["batch_independent"] = batch_independence(forward, vocab, batch_length(seq_len, vocab), gen, rng, tol)
     return checks

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Terminal escape sequences (CSI, OSC ... ST/BEL, and two-byte ESC forms), dropped whole.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?")
 MAX_REASON_CHARS = 400
+MAX_NOTE_CHARS = 2000
 
 Verdict = Literal["pass", "fail", "skip"]
+
+
+def terminal_safe(text: object, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` as one plain line a terminal shows as it is: escape sequences dropped, every other
+    control or invisible formatting character (bidi overrides, zero-width marks) shown as
+    ``\\uXXXX``, whitespace runs made one space, at most ``limit`` characters. Archive text quoted
+    in a reason (a file name, an exception, a line of train.py) goes through this first; rich
+    markup in it is escaped where it is printed (``cli/verify.py``)."""
+    cleaned = _ESCAPES.sub("", str(text))
+    shown = "".join(ch if ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf", "Co", "Cs") else f"\\u{ord(ch):04x}"
+                    for ch in cleaned)
+    line = " ".join(shown.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -27,10 +43,7 @@ class Check:
 
     def __post_init__(self) -> None:
         # One line, always: reasons often quote exceptions from hostile input.
-        text = " ".join(_ANSI.sub("", self.reason).split())
-        if len(text) > MAX_REASON_CHARS:
-            text = text[: MAX_REASON_CHARS - 3] + "..."
-        object.__setattr__(self, "reason", text)
+        object.__setattr__(self, "reason", terminal_safe(self.reason, MAX_REASON_CHARS))
 
     @property
     def ok(self) -> bool:
@@ -64,6 +77,9 @@ class Report:
     def add(self, check: Check) -> Check:
         self.checks.append(check)
         return check
+
+    def note(self, text: str) -> None:
+        self.notes.append(terminal_safe(text, MAX_NOTE_CHARS))
 
     def get(self, name: str) -> Check | None:
         return next((c for c in self.checks if c.name == name), None)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -35,7 +34,7 @@ from trnfrontier.contract.checkpoint import (
     scan_final_pt,
     scan_safetensors,
 )
-from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
+from trnfrontier.contract.jsonstrict import StrictJSONError, check_jsonl, strict_loads
 from trnfrontier.contract.launch import Launch, LaunchError, parse_launch
 from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase, phase_of
 from trnfrontier.contract.pins import Pin, load_pins
@@ -44,17 +43,20 @@ from trnfrontier.errors import TrnfError
 from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
-from trnfrontier.untrusted import sandbox
+from trnfrontier.untrusted import hostfs, sandbox
 from trnfrontier.untrusted.served import ServedModel, ServerError, remote_module
 from trnfrontier.verify.archive import Extracted, ExtractionError, Limits, safe_extract
+from trnfrontier.verify.claims import ClaimError, RerunSettings, parse_claim, settings_mismatch
 from trnfrontier.verify.dryrun import dry_run
+from trnfrontier.verify.identity import checkpoint_shapes
 from trnfrontier.verify.manifest import check_manifest, load_manifest
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
-from trnfrontier.verify.scoring import EVAL_SEQ_LEN, TrustedScorer, contract_checks
+from trnfrontier.verify.rerun import closing_all, confirm
+from trnfrontier.verify.scoring import TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files
 from trnfrontier.verify.statements import stated_over_budget
 
-RERUN_TOLERANCE = 1e-4
+DRY_RUN_NOTE_CHARS = 1500
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
 # evaluation limit (EVAL_TIMEOUT_SECONDS = 1200) plus time to import and load on a CPU.
 DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0, "inference": 900.0, "core": 3600.0}
@@ -88,8 +90,15 @@ class Options:
     # `--core`: also score CORE on the archive's model (evaluate.core.job.prepare_core).
     core: Any = None
 
+    # The rerun's evaluation settings; None: the contract's (RerunSettings.of).
+    eval_tokens: int | None = None
+    eval_seq_len: int | None = None
+
     def limit(self, check: str) -> float:
         return self.timeout if self.timeout is not None else DEFAULT_TIMEOUTS[check]
+
+    def settings(self, prepare: ModuleType | None) -> RerunSettings:
+        return RerunSettings.of(prepare, tokens=self.eval_tokens, seq_len=self.eval_seq_len)
 
 
 @dataclass
@@ -160,16 +169,43 @@ def _checkpoint_check(root: Path, manifest: dict[str, Any] | str) -> Check:
     return passed("checkpoint", f"{st.params:,} parameters in {st.tensors} tensors, all finite, final.pt equal to model.safetensors; final.pt loads with weights_only=True")
 
 
-def _summary(root: Path) -> dict[str, Any] | str:
-    """logs/summary.json as a dict, or why it cannot be read (strictly: no duplicate keys, bounded depth)."""
-    path = fmt.member_path(root, fmt.SUMMARY)
+# What verify reads of an archive's logs, at most (a real 30-minute run's are a few MB).
+LOG_CAP_BYTES = 64 << 20
+
+
+def _member_bytes(root: Path, name: str, cap: int = LOG_CAP_BYTES) -> bytes | None:
+    """A member verify extracted (a regular file it wrote itself), at most ``cap`` bytes; None when absent."""
+    path = fmt.member_path(root, name)
     if not path.is_file():
-        return {}
+        return None
+    size = path.stat().st_size
+    if size > cap:
+        raise StrictJSONError(f"{name} is {size:,} bytes, over the {cap:,}-byte limit for it")
+    return path.read_bytes()
+
+
+def _summary(root: Path) -> dict[str, Any] | str:
+    """logs/summary.json as a dict, or why it cannot be read (strictly: no duplicate keys, bounded depth and numbers)."""
     try:
-        data = strict_loads(path.read_bytes(), what=fmt.SUMMARY)
+        data = _member_bytes(root, fmt.SUMMARY, 4 << 20)
+        parsed = {} if data is None else strict_loads(data, what=fmt.SUMMARY)
     except StrictJSONError as exc:
         return str(exc)
-    return data if isinstance(data, dict) else f"{fmt.SUMMARY} is not a JSON object"
+    return parsed if isinstance(parsed, dict) else f"{fmt.SUMMARY} is not a JSON object"
+
+
+def _logs_readable(root: Path) -> str | None:
+    """Why the step log or the trainer log cannot be read strictly (UTF-8, bounded lines, bounded finite
+    numbers, the field named), or None. Only then do the contract's parsers see them."""
+    try:
+        for name in (fmt.STEP_LOG, fmt.METRICS_LOG):
+            data = _member_bytes(root, name)
+            if data is not None:
+                # NaN and Infinity are the step-log reader's to name (a non-finite start time, ...).
+                check_jsonl(data, what=name, json_only=False, constants=True)
+    except StrictJSONError as exc:
+        return str(exc)
+    return None
 
 
 def _budget_check(root: Path, prepare: ModuleType | None, phase: Phase) -> Check:
@@ -177,6 +213,16 @@ def _budget_check(root: Path, prepare: ModuleType | None, phase: Phase) -> Check
     path = fmt.member_path(root, fmt.STEP_LOG)
     if not path.is_file():
         return failed("budget", "logs/step_boundaries.jsonl is missing")
+    unreadable = _logs_readable(root)
+    if unreadable:
+        return failed("budget", unreadable)
+    try:
+        return _budget_from_logs(root, path, prepare, phase)
+    except Exception as exc:  # noqa: BLE001 - a log the parser refuses in its own words: a refusal, never a traceback
+        return failed("budget", f"{fmt.STEP_LOG} unusable: {type(exc).__name__}: {str(exc).replace(str(path), fmt.STEP_LOG)}")
+
+
+def _budget_from_logs(root: Path, path: Path, prepare: ModuleType | None, phase: Phase) -> Check:
     summary = _summary(root)
     if isinstance(summary, str):
         return failed("budget", summary)
@@ -209,60 +255,74 @@ def _budget_check(root: Path, prepare: ModuleType | None, phase: Phase) -> Check
     return passed("budget", line + "; summary and trainer log agree")
 
 
-def _claimed_seq_len(meta: dict[str, Any]) -> int:
-    """The sequence length the claim was measured at (the contract's 1024 when it names none)."""
-    value = (meta.get("claimed") or {}).get("eval_seq_len") if isinstance(meta.get("claimed"), dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65_536 else EVAL_SEQ_LEN
+def _claimed_seq_len(meta: dict[str, Any], trusted: _Trusted, options: Options) -> int:
+    """The length the claim was measured at, read strictly (``claims.parse_claim``), else the rerun's."""
+    try:
+        return parse_claim(meta.get("claimed")).eval_seq_len
+    except ClaimError:
+        return options.settings(trusted.module).seq_len
 
 
-def _serve(root: Path, trusted: _Trusted, options: Options, scratch: Path, check: str) -> ServedModel:
-    scratch.mkdir()
-    return ServedModel.start(root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
-                             scratch=scratch, timeout=options.limit(check), sandboxed=options.sandboxed)
+def _serve(root: Path, trusted: _Trusted, options: Options, scratch: Path, check: str, count: int = 1) -> list[ServedModel]:
+    """The archive's model in ``count`` fresh, identical servers. Sandboxed, each one's home is a
+    private tmpfs and ``scratch`` is not created; unsandboxed (``--allow-unsandboxed``) each gets a
+    host directory under it."""
+    scratches: tuple[Path | None, ...] = ()
+    if not options.sandboxed:
+        scratch.mkdir()
+        scratches = tuple(scratch / f"s{i}" for i in range(count))
+        for path in scratches:
+            path.mkdir()  # type: ignore[union-attr]
+    return ServedModel.start_all(count, root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
+                                 timeout=options.limit(check), sandboxed=options.sandboxed, scratches=scratches)
 
 
-def _contract_check(root: Path, meta: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path) -> Check:
-    seq_len = _claimed_seq_len(meta)
+def _contract_check(root: Path, trusted: _Trusted, options: Options, scratch: Path) -> Check:
+    seq_len = options.settings(trusted.module).seq_len
     vocab = trusted.scorer.vocab if trusted.scorer else 8192
     try:
-        with _serve(root, trusted, options, scratch, "contract") as served:
-            checks = contract_checks(served, vocab=vocab, seq_len=seq_len, seed=options.seed)
+        with closing_all(_serve(root, trusted, options, scratch, "contract")) as (served,):
+            checks = contract_checks(served, vocab=vocab, seq_len=seq_len, seed=options.seed,
+                                     checkpoint=fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS))
     except ServerError as exc:
         return failed("contract", f"load_for_eval or forward failed (in the sandbox): {exc}")
     bad = [f"{name}: {c['detail']}" for name, c in checks.items() if not c["passed"]]
     if bad:
         return failed("contract", "; ".join(bad))
     return passed("contract", f"causal ({checks['causal']['detail']}), batch-independent ({checks['batch_independent']['detail']}), "
-                              f"deterministic, eval mode, no hooks, finite logits, prepare untouched; seed {options.seed}")
+                              f"deterministic, eval mode, no hooks, finite logits, prepare untouched; {checks['checkpoint']['detail']}; "
+                              f"seed {options.seed}")
 
 
-def _rerun_check(root: Path, manifest: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path) -> Check:
+def _rerun_check(root: Path, names: list[str], manifest: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path,
+                 contract: Check) -> Check:
     scorer = trusted.scorer
     if scorer is None or not callable(scorer.evaluate_bpb) or not callable(scorer.ensure_tokenizer):
         return failed("rerun-eval", f"no trusted evaluate_bpb to rerun ({trusted.why_missing or 'prepare.py lacks evaluate_bpb'})")
-    claimed = manifest.get("claimed") or {}
     try:
-        claimed_bpb = float(claimed["val_bpb"])
-        tokens, seq_len = int(claimed["eval_tokens"]), int(claimed["eval_seq_len"])
-    except (KeyError, TypeError, ValueError):
-        return failed("rerun-eval", "manifest claimed needs val_bpb, eval_tokens and eval_seq_len")
-    if claimed.get("split", "public_val") not in ("public_val", "val"):
-        return failed("rerun-eval", f"claimed split {claimed.get('split')!r} is not the public validation split")
+        claim = parse_claim(manifest.get("claimed"))
+    except ClaimError as exc:
+        return failed("rerun-eval", f"manifest.json: {exc}")
+    settings = options.settings(trusted.module)
+    mismatch = settings_mismatch(claim, settings)
+    if mismatch:
+        return failed("rerun-eval", mismatch)
+    if contract.verdict != "pass":
+        # A score is confirmed only for a model that keeps the contract (an acausal model's
+        # rerun reproduces its own inflated score).
+        return failed("rerun-eval", "refused: the contract probe failed, and a score from a model that breaks the contract is not confirmed")
     try:
         tokenizer = scorer.tokenizer()  # before the server starts: no data, no point
     except Exception as exc:  # noqa: BLE001 - the trusted file's own errors (no prepared dataset, ...)
         return failed("rerun-eval", f"evaluation failed: {type(exc).__name__}: {exc}")
     try:
-        with _serve(root, trusted, options, scratch, "rerun-eval") as served:
-            result = scorer.evaluate(served, tokenizer, seq_len=seq_len, tokens=tokens)
+        rerun = confirm(claim, settings, scorer, tokenizer, lambda: closing_all(_serve(root, trusted, options, scratch, "rerun-eval", 2)),
+                        seed=options.seed, checkpoint=fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS), root=root, names=names)
     except ServerError as exc:
         return failed("rerun-eval", f"evaluation failed: {exc}")
     except Exception as exc:  # noqa: BLE001 - the trusted scorer's own errors on what the model returned
         return failed("rerun-eval", f"evaluation failed: {type(exc).__name__}: {exc}")
-    got = float(result["val_bpb"])
-    diff = abs(got - claimed_bpb)
-    line = f"trusted evaluate_bpb (in verify's process; the model served from the sandbox) gives {got:.6f}, claimed {claimed_bpb:.6f} (|diff| {diff:.2g}, tol {RERUN_TOLERANCE:g}; {tokens} tokens, seq {seq_len})"
-    return passed("rerun-eval", line) if diff <= RERUN_TOLERANCE else failed("rerun-eval", line)
+    return passed("rerun-eval", rerun.line) if rerun.ok else failed("rerun-eval", rerun.line)
 
 
 def _core_check(report: Report, root: Path, meta: dict[str, Any], trusted: _Trusted, options: Options, scratch: Path) -> Check:
@@ -275,12 +335,12 @@ def _core_check(report: Report, root: Path, meta: dict[str, Any], trusted: _Trus
     scorer = trusted.scorer
     if scorer is None or not callable(scorer.ensure_tokenizer):
         return failed("core", f"no trusted tokenizer ({trusted.why_missing or 'prepare.py lacks ensure_tokenizer'})")
-    setup, crop = options.core, _claimed_seq_len(meta)
+    setup, crop = options.core, _claimed_seq_len(meta, trusted, options)
     core_options = CoreOptions(max_per_task=setup.max_per_task, crop=crop, crop_source="the archive's claimed eval_seq_len",
                                batch_tokens=setup.batch_tokens)
     try:
         tokenizer = scorer.tokenizer()
-        with _serve(root, trusted, options, scratch, "core") as served:
+        with closing_all(_serve(root, trusted, options, scratch, "core")) as (served,):
             result = evaluate_core(setup.resolved, remote_module(served), tokenizer, torch.device("cpu"), core_options)
     except ServerError as exc:
         return failed("core", f"CORE failed: {exc}")
@@ -300,7 +360,7 @@ def _sandbox_line(options: Options) -> tuple[str, str | None]:
     state = sandbox.available()
     if state.ok:
         options.sandboxed = True
-        return f"sandbox: {state.detail}", None
+        return f"sandbox: {state.detail}; {sandbox.limits_line()}", None
     options.sandboxed = False
     if options.allow_unsandboxed:
         return f"NOT SANDBOXED (--allow-unsandboxed): archive code ran on this machine without isolation; {state.detail}", None
@@ -338,7 +398,7 @@ def _static_checks(report: Report, root: Path, extracted: Extracted, pins: Any, 
     report.add(_checkpoint_check(root, manifest))
     report.add(_budget_check(root, trusted.module, phase))
     if meta.get("forced"):
-        report.notes.append(f"packaged with --force: {json.dumps(meta['forced'])}")
+        report.note(f"packaged with --force: {json.dumps(meta['forced'])}")
     return meta, launch
 
 
@@ -364,14 +424,11 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
             report.add(failed(name, refusal))
         return
     bar.describe("contract probe: the archive's model served from the sandbox")
-    contract = report.add(_contract_check(root, meta, trusted, options, tmp / "scratch-contract"))
+    contract = report.add(_contract_check(root, trusted, options, tmp / "scratch-contract"))
     bar.advance()
     if options.rerun_eval:
         bar.describe("re-running the trusted evaluate_bpb on the archive's checkpoint")
-        # A score is confirmed only for a model that keeps the contract (an acausal model's
-        # rerun reproduces its own inflated score).
-        report.add(_rerun_check(root, meta, trusted, options, tmp / "scratch-rerun") if contract.verdict == "pass"
-                   else failed("rerun-eval", "refused: the contract probe failed, and a score from a model that breaks the contract is not confirmed"))
+        report.add(_rerun_check(root, names, meta, trusted, options, tmp / "scratch-rerun", contract))
         bar.advance()
     if options.core is not None:
         bar.describe("CORE on the archive's model served from the sandbox")
@@ -380,23 +437,26 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
         bar.advance()
     if options.dry_run:
         bar.describe(f"dry run: train.py for {options.dry_run_steps} steps under torchrun in the sandbox")
-        report.add(_dry_run_check(root, names, tmp / "dry-run", launch, phase, trusted, options))
-        report.notes.append(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
+        report.add(_dry_run_check(report, root, names, tmp / "dry-run", launch, phase, trusted, options))
+        report.note(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
     if phase.inference_py:
         bar.describe("inference.py: its log-probabilities against load_for_eval's, and a few CORE items through it")
         for check in _inference_checks(root, meta, launch, phase, trusted, options, tmp / "scratch-inference", contract):
             report.add(check)
 
 
-def _dry_run_check(root: Path, names: list[str], work: Path, launch: Launch | None, phase: Phase, trusted: _Trusted,
-                   options: Options) -> Check:
+def _dry_run_check(report: Report, root: Path, names: list[str], work: Path, launch: Launch | None, phase: Phase,
+                   trusted: _Trusted, options: Options) -> Check:
     if launch is None:
         return skipped("dry-run", "not run: launch.txt did not parse")
     work.mkdir()
     # Phase 2's 64 or 128 ranks do not fit a CPU: the dry run proves train.py on a few.
     nproc = launch.nproc if phase.number == DEFAULT_PHASE else min(launch.nproc, DRY_RUN_MAX_RANKS)
     res = dry_run(root, names, work, nproc=nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
-                  timeout=options.limit("dry-run"), sandboxed=options.sandboxed)
+                  timeout=options.limit("dry-run"), sandboxed=options.sandboxed,
+                  expected=checkpoint_shapes(fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS)))
+    if not res.passed and res.output.strip():
+        report.note(f"dry run output (its last part): {res.output[-DRY_RUN_NOTE_CHARS:]}")
     return passed("dry-run", res.reason) if res.passed else failed("dry-run", res.reason)
 
 
@@ -426,7 +486,7 @@ def _inference_checks(root: Path, meta: dict[str, Any], launch: Launch | None, p
         bundle, problem = None, f"CORE bundle {options.core_bundle!r}: {exc}"
     setup = InferenceSetup(root=root, prepare=trusted.path, scratch=scratch, timeout=options.limit("inference"),
                            sandboxed=options.sandboxed, seed=options.seed, tokenizer=tokenizer, bundle=bundle,
-                           crop=_claimed_seq_len(meta), bundle_problem=problem)
+                           crop=_claimed_seq_len(meta, trusted, options), bundle_problem=problem)
     return inference_checks(setup, phase, launch.nproc if launch else phase.launch_shapes[0].nproc)
 
 
@@ -441,8 +501,8 @@ def verify_archive(archive: Path, options: Options | None = None, progress: Step
     trusted = _trusted_prepare()
     report.sandbox, refusal = _sandbox_line(options)
     bar.describe(f"checking {archive.name}: extraction, manifest, pins, screen, checkpoint, budget")
-    with tempfile.TemporaryDirectory(prefix="trnf-verify-") as tmp:
-        root = Path(tmp) / "archive"
+    with hostfs.private_dir("trnf-verify-") as tmp:
+        root = tmp / "archive"
         root.mkdir()
         try:
             extracted = safe_extract(archive, root, options.limits)
@@ -456,5 +516,5 @@ def verify_archive(archive: Path, options: Options | None = None, progress: Step
         report.add(passed("extract", f"{len(extracted.files)} files, {total:,} bytes, no links, devices or escaping paths"))
         meta, launch = _static_checks(report, root, extracted, pins, trusted)
         bar.advance()
-        _executing_checks(report, Path(tmp), root, sorted(extracted.files), meta, launch, trusted, options, refusal, bar)
+        _executing_checks(report, tmp, root, sorted(extracted.files), meta, launch, trusted, options, refusal, bar)
     return report

@@ -17,10 +17,8 @@ from typing import Any
 
 from trnfrontier.runtime import prepare_calls
 from trnfrontier.untrusted.served import ServedModel, ServerError, remote_module
+from trnfrontier.verify.identity import compare
 from trnfrontier.verify.modelcheck import check_model
-
-EVAL_SEQ_LEN = int(prepare_calls.CONTRACT_DEFAULTS["EVAL_SEQ_LEN"])  # the contract's evaluation length, when a claim names none
-EVAL_BATCH_SIZE = 4
 
 
 def _identities(module: ModuleType) -> dict[str, tuple[int, int, int]]:
@@ -59,25 +57,54 @@ class TrustedScorer:
         self._untouched()
         return prepare_calls.ensure_tokenizer(self.module)
 
-    def evaluate(self, served: ServedModel, tokenizer: Any, *, seq_len: int, tokens: int) -> dict[str, Any]:
-        """The captured ``evaluate_bpb`` on the served model, called as the kit calls it (``prepare_calls``);
-        the module is checked to still hold exactly the captured objects before and after."""
-        model = remote_module(served)
+    def token_bytes(self) -> Any:
+        """The trusted ``get_token_bytes('cpu')`` (bytes of each token; 0 for the specials), or None."""
         self._untouched()
-        result = dict(prepare_calls.evaluate_bpb(self.module, model, tokenizer, EVAL_BATCH_SIZE, seq_len, "cpu",
+        try:
+            return prepare_calls.call(self.module, "get_token_bytes", "cpu")
+        except Exception:  # noqa: BLE001 - an older prepare.py without it: every position is compared
+            return None
+
+    def evaluate(self, forward: Any, tokenizer: Any, *, seq_len: int, tokens: int, batch_size: int) -> dict[str, Any]:
+        """The captured ``evaluate_bpb`` on a model whose forward is ``forward`` (tokens -> logits: a
+        served model, or ``MixedPass``), called as the kit calls it (``prepare_calls``); the module is
+        checked to still hold exactly the captured objects before and after."""
+        model = remote_module(forward)
+        self._untouched()
+        result = dict(prepare_calls.evaluate_bpb(self.module, model, tokenizer, batch_size, seq_len, "cpu",
                                                  split="public_val", max_tokens=tokens))
         self._untouched()
         return result
 
 
-def contract_checks(served: ServedModel, *, vocab: int, seq_len: int, seed: int) -> dict[str, dict[str, Any]]:
-    """modelcheck's judgements on the served model, plus hooks it registered while answering."""
-    checks = check_model(served.forward, served.info, vocab=vocab, seq_len=seq_len, seed=seed)
+def _verdict(ok: bool, detail: str) -> dict[str, Any]:
+    return {"passed": bool(ok), "detail": detail}
+
+
+def after_serving(served: ServedModel, checkpoint: Path) -> dict[str, dict[str, Any]]:
+    """What a server shows once it has answered: hooks it registered late, what train.py tried that the
+    sandbox blocked, a filled tmpfs or a tree limit it ran into, and whether the model it served is
+    the checkpoint's (``identity.compare``)."""
     after = served.inspect()
-    late = after.get("hooks") or []
-    if checks["hooks"]["passed"] and late:
-        checks["hooks"] = {"passed": False, "detail": "hooks registered during forward: " + "; ".join(map(str, late[:3]))}
-    attempts = after.get("attempts") or []
-    if checks["contained"]["passed"] and attempts:
-        checks["contained"] = {"passed": False, "detail": f"train.py attempted {'; '.join(map(str, attempts[:3]))} while answering (blocked or contained by the sandbox)"}
+    late = [str(h) for h in after.get("hooks") or []]
+    attempts = [str(a) for a in after.get("attempts") or []]
+    filled = [str(f) for f in after.get("filled") or []]
+    breach = served.breach()
+    identity = compare(served.tensors(), checkpoint)
+    limits = ([f"ran into {breach}"] if breach else []) + [f"filled {f}, the sandbox's limit" for f in filled]
+    return {
+        "hooks": _verdict(not late, "hooks registered during forward: " + "; ".join(late[:3]) if late else "no hooks"),
+        "contained": _verdict(not attempts, f"train.py attempted {'; '.join(attempts[:3])} while answering (blocked or contained by the sandbox)"
+                              if attempts else "nothing blocked"),
+        "limits": _verdict(not limits, "the sandboxed code " + "; ".join(limits) if limits else "within the sandbox's limits"),
+        "checkpoint": _verdict(identity.ok, "; ".join(identity.problems[:2]) if identity.problems else identity.describe()),
+    }
+
+
+def contract_checks(served: ServedModel, *, vocab: int, seq_len: int, seed: int, checkpoint: Path) -> dict[str, dict[str, Any]]:
+    """modelcheck's judgements on the served model, then ``after_serving``'s."""
+    checks = check_model(served.forward, served.info, vocab=vocab, seq_len=seq_len, seed=seed)
+    for name, verdict in after_serving(served, checkpoint).items():
+        if name not in checks or (checks[name]["passed"] and not verdict["passed"]):
+            checks[name] = verdict
     return checks
