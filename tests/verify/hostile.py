@@ -110,7 +110,9 @@ EXECUTION: dict[str, Case] = {
     "peeks-only-at-the-last-token": _runs(forward=("        if MODE == \"peek\":\n            h = h + self.wte(torch.roll(idx, -1, dims=1))\n",
                                                    "        h = h.clone()\n        h[:, -2] = h[:, -2] + self.wte(idx[:, -1])\n")),
     "batch-dependent-only-at-32": _runs(forward=("        if MODE == \"batch\":\n", "        if idx.size(0) >= 32:\n")),
-    "stateful-across-calls": _runs(module="CALLS = [0]", forward=(_LOGITS, "        CALLS[0] += 1\n        return logits + 0.01 * CALLS[0]\n")),
+    # A shift of every logit alike moves no probability (log-softmax): the state must tilt them.
+    "stateful-across-calls": _runs(module="CALLS = [0]", forward=(_LOGITS, "        CALLS[0] += 1\n"
+                                                                  "        return logits + 0.01 * CALLS[0] * (torch.arange(logits.size(-1)) % 2)\n")),
     "left-in-training-mode": _runs(forward=("    return model.to(device).eval()\n", "    return model.to(device).train()\n")),
     "nan-logits": _runs(forward=(_LOGITS, "        return logits * float('nan')\n")),
     "truncated-vocabulary": _runs(forward=(_LOGITS, "        return logits[:, :, :100]\n")),
