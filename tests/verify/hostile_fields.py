@@ -66,6 +66,7 @@ FIELDS: dict[str, Case] = {
                                        says="time"),
     "step-log-5000-digit-step": Case(_member(fmt.STEP_LOG, _STEP_HEADER + f'{{"step": {HUGE}, "time": 1001.0}}\n'.encode()), "budget",
                                      says="step"),
+    "step-log-line-flood": Case(_member(fmt.STEP_LOG, _STEP_HEADER + b"{}\n" * 1_000_001), "budget", says="1,000,002 lines"),
     "step-log-infinite-start": Case(_member(fmt.STEP_LOG, b'{"header": true, "start_time": 1e999, "pid": 1}\n'), "budget",
                                     says="start_time"),
     "safetensors-5000-digit-offset": Case(_member(fmt.CHECKPOINT_SAFETENSORS, _safetensors(

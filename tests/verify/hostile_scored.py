@@ -110,6 +110,9 @@ SCORED.update({
     "starts-thousands-of-threads": _runs(at_load="import threading, time\n_ts = []\ntry:\n    for _ in range(3000):\n"
                                          "        _ts.append(threading.Thread(target=time.sleep, args=(5,), daemon=True))\n        _ts[-1].start()\n"
                                          "except RuntimeError:\n    pass", says="process/thread limit"),
+    # Logits 16 times the vocabulary wide: refused from the reply's header, before verify allocates for it.
+    "logits-over-a-huge-vocabulary": _runs(forward=(_LOGITS, "        return F.pad(logits, (0, 15 * logits.size(-1)))\n"),
+                                           says="vocab <= 9216"),
     "allocates-past-the-memory-limit": _runs(at_load="_x = bytearray(1536 << 20)\n_x[::4096] = b'1' * len(_x[::4096])",
                                              says="memory limit", env={"TRNF_SANDBOX_MEMORY_MIB": "1024"}),
 })

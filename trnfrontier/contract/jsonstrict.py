@@ -23,6 +23,9 @@ MAX_DEPTH = 64
 MAX_INT_DIGITS = 16
 MAX_FLOAT = 1e18
 MAX_LINE_BYTES = 1 << 20
+# Lines of one JSON-lines document: a step log records one per step, and a million steps in a
+# 30-minute budget is one every 1.8 ms. More is a flood, refused before a line is parsed.
+MAX_LINES = 1_000_000
 
 
 class StrictJSONError(ValueError):
@@ -123,11 +126,14 @@ def strict_loads(data: bytes | str, *, what: str, max_depth: int = MAX_DEPTH, co
 
 
 def check_jsonl(data: bytes, *, what: str, max_line: int = MAX_LINE_BYTES, json_only: bool = True,
-                constants: bool = False) -> list[Any]:
+                constants: bool = False, keep: bool = True, max_lines: int = MAX_LINES) -> list[Any]:
     """Every non-blank line of a JSON-lines document, each read by ``strict_loads``; the error
     names the line (``what line 7: field time is ...``). ``json_only=False``: lines that do not
     start with ``{`` or ``[`` (a kit's progress lines) are left to the caller's parser, bounded
-    in length only."""
+    in length only. ``keep=False``: check only, return nothing (memory stays one line's)."""
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if lines > max_lines:
+        raise StrictJSONError(f"{what} has {lines:,} lines (at most {max_lines:,}: a flood, not a run's log)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -139,5 +145,7 @@ def check_jsonl(data: bytes, *, what: str, max_line: int = MAX_LINE_BYTES, json_
             raise StrictJSONError(f"{what} line {index} is {len(line):,} characters long (at most {max_line:,})")
         stripped = line.strip()
         if stripped and (json_only or stripped[0] in "{["):
-            records.append(strict_loads(stripped, what=f"{what} line {index}", constants=constants))
+            record = strict_loads(stripped, what=f"{what} line {index}", constants=constants)
+            if keep:
+                records.append(record)
     return records

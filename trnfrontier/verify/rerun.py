@@ -22,13 +22,10 @@ from typing import Any
 from trnfrontier.untrusted.served import ServedModel
 from trnfrontier.verify.claims import Claim, RerunSettings
 from trnfrontier.verify.mixing import MixedPass
-from trnfrontier.verify.scoring import TrustedScorer, after_serving
+from trnfrontier.verify.scoring import VOCAB_SLACK, TrustedScorer, after_serving
 from trnfrontier.verify.valtext import ScoredText, carried
 
 RERUN_TOLERANCE = 1e-4
-# Logits may be wider than the vocabulary by a little (a width padded to a multiple of 64,
-# say); never by more, so that verify's memory for one call stays bounded.
-VOCAB_SLACK = 1024
 
 
 @dataclass(frozen=True)

@@ -202,7 +202,7 @@ def _logs_readable(root: Path) -> str | None:
             data = _member_bytes(root, name)
             if data is not None:
                 # NaN and Infinity are the step-log reader's to name (a non-finite start time, ...).
-                check_jsonl(data, what=name, json_only=False, constants=True)
+                check_jsonl(data, what=name, json_only=False, constants=True, keep=False)
     except StrictJSONError as exc:
         return str(exc)
     return None
@@ -275,6 +275,12 @@ def _serve(root: Path, trusted: _Trusted, options: Options, scratch: Path, check
             path.mkdir()  # type: ignore[union-attr]
     return ServedModel.start_all(count, root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
                                  timeout=options.limit(check), sandboxed=options.sandboxed, scratches=scratches)
+
+
+def _scratch(tmp: Path) -> Path:
+    """A server's scratch under ``tmp`` (used only by an unsandboxed run, where it is the server's HOME):
+    a random name, so that no model can tell the rerun's servers from the probe's by their HOME."""
+    return tmp / f"scratch-{secrets.token_hex(6)}"
 
 
 def _contract_check(root: Path, trusted: _Trusted, options: Options, scratch: Path) -> Check:
@@ -424,15 +430,15 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
             report.add(failed(name, refusal))
         return
     bar.describe("contract probe: the archive's model served from the sandbox")
-    contract = report.add(_contract_check(root, trusted, options, tmp / "scratch-contract"))
+    contract = report.add(_contract_check(root, trusted, options, _scratch(tmp)))
     bar.advance()
     if options.rerun_eval:
         bar.describe("re-running the trusted evaluate_bpb on the archive's checkpoint")
-        report.add(_rerun_check(root, names, meta, trusted, options, tmp / "scratch-rerun", contract))
+        report.add(_rerun_check(root, names, meta, trusted, options, _scratch(tmp), contract))
         bar.advance()
     if options.core is not None:
         bar.describe("CORE on the archive's model served from the sandbox")
-        report.add(_core_check(report, root, meta, trusted, options, tmp / "scratch-core") if contract.verdict == "pass"
+        report.add(_core_check(report, root, meta, trusted, options, _scratch(tmp)) if contract.verdict == "pass"
                    else failed("core", "refused: the contract probe failed, and CORE of a model that breaks the contract means nothing"))
         bar.advance()
     if options.dry_run:
@@ -441,7 +447,7 @@ def _executing_checks(report: Report, tmp: Path, root: Path, names: list[str], m
         report.note(f"dry run: train.py is expected to honour {DRY_RUN_STEPS_ENV}, TRNF_DEVICE=cpu and TRNF_DIST_BACKEND=gloo")
     if phase.inference_py:
         bar.describe("inference.py: its log-probabilities against load_for_eval's, and a few CORE items through it")
-        for check in _inference_checks(root, meta, launch, phase, trusted, options, tmp / "scratch-inference", contract):
+        for check in _inference_checks(root, meta, launch, phase, trusted, options, _scratch(tmp), contract):
             report.add(check)
 
 

@@ -10,6 +10,7 @@ score is only worth what its scorer is.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,10 @@ from trnfrontier.runtime import prepare_calls
 from trnfrontier.untrusted.served import ServedModel, ServerError, remote_module
 from trnfrontier.verify.identity import compare
 from trnfrontier.verify.modelcheck import check_model
+
+# Logits may be wider than the vocabulary by a little (a width padded to a multiple of 64, say);
+# never by more, so that what verify allocates for one reply stays bounded by the vocabulary.
+VOCAB_SLACK = 1024
 
 
 def _identities(module: ModuleType) -> dict[str, tuple[int, int, int]]:
@@ -103,7 +108,8 @@ def after_serving(served: ServedModel, checkpoint: Path) -> dict[str, dict[str, 
 
 def contract_checks(served: ServedModel, *, vocab: int, seq_len: int, seed: int, checkpoint: Path) -> dict[str, dict[str, Any]]:
     """modelcheck's judgements on the served model, then ``after_serving``'s."""
-    checks = check_model(served.forward, served.info, vocab=vocab, seq_len=seq_len, seed=seed)
+    checks = check_model(functools.partial(served.forward, vocab_limit=vocab + VOCAB_SLACK), served.info, vocab=vocab,
+                         seq_len=seq_len, seed=seed)
     for name, verdict in after_serving(served, checkpoint).items():
         if name not in checks or (checks[name]["passed"] and not verdict["passed"]):
             checks[name] = verdict
