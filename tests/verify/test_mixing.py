@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.fake_clock import FakeClock
 from trnfrontier.runtime import prepare_calls
 from trnfrontier.verify import mixing
 from trnfrontier.verify.mixing import MixedPass
@@ -158,6 +159,20 @@ def test_every_call_of_each_server_has_the_same_number_of_real_text_rows(sample_
     assert run is not None and len(set(sizes)) == 1 and sizes[0] == (run.rows_per_call, SEQ)
 
 
+def _calls_come_fast(x: Any, server: Any) -> bool:
+    """Timing: the scored pass calls back to back (each call 0.05 s on this server's clock), a probe pauses."""
+    clock = server.__dict__.setdefault("clock", FakeClock(tick=0.05))
+    last, server.last = server.__dict__.get("last", float("-inf")), clock()
+    return bool(server.last - last < 1.0)
+
+
+class RandomPeek(Honest):
+    """Randomness: looks ahead at a tenth of the positions, drawn afresh each call."""
+
+    def forward(self, x: Any, server: Any = None) -> Any:
+        return _boost_next(self.logits(x), x, where=torch.rand(x.shape) < 0.1)
+
+
 CHEATS = {
     "looks-ahead-always": (Cheat(lambda x, s: True), "depends on"),
     "reads-the-next-row": (Cheat(lambda x, s: True, "next-row"), "other rows"),
@@ -170,6 +185,10 @@ CHEATS = {
     "only-on-text-like-rows": (Cheat(lambda x, s: float(x.unique().numel()) < 0.95 * x.numel()), "depends on"),
     "only-after-its-first-5-calls": (Cheat(lambda x, s: s.calls > 5), "depends on"),
     "only-at-some-positions": (Cheat(lambda x, s: True, "ahead"), "depends on"),
+    "only-when-calls-come-fast": (Cheat(_calls_come_fast), "depends on"),
+    "looks-ahead-at-random-positions": (RandomPeek(), "depends on"),
+    # Token statistics: only on rows whose tokens are mostly common ones (the probe's are uniform over the vocabulary).
+    "only-on-rows-of-common-tokens": (Cheat(lambda x, s: float((x < 2048).float().mean()) > 0.5), "depends on"),
 }
 
 

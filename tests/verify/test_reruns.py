@@ -34,7 +34,12 @@ def test_rerun_eval_reproduces_an_honest_claim_and_refuses_a_false_one(sample_ho
     meta["claimed"]["val_bpb"] = bpb
     honest = build_archive(tmp_path / "honest", meta=meta)
     report = verify_archive(honest, Options(pins_file=pins_file(tmp_path), rerun_eval=True, **RERUN))
-    assert report.get("rerun-eval").verdict == "pass", report.get("rerun-eval").reason
+    reason = report.get("rerun-eval").reason
+    assert report.get("rerun-eval").verdict == "pass", reason
+    # Exactly the in-process score: the check rows mixed into the scored pass leave the honest score alone.
+    rerun_bpb = float(reason.split(" gives ", 1)[1].split(",", 1)[0])
+    assert abs(rerun_bpb - bpb) <= 1e-6, (rerun_bpb, bpb)
+    assert "check rows inside the scored pass" in reason and "the model is the checkpoint's" in reason
 
     meta["claimed"]["val_bpb"] = bpb - 0.05  # a better score than the model earns
     lying = build_archive(tmp_path / "false", meta=meta)
