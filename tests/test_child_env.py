@@ -54,7 +54,9 @@ def test_the_organisers_variables_are_forwarded(tmp_path) -> None:
 def test_the_dry_run_forwards_the_kits_knobs_and_stops_it_with_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("NEURON_COMPETITION_R1_CACHE_DIR", str(tmp_path / "kit"))
     monkeypatch.setenv("NEURON_COMPETITION_R1_EVAL_TOKENS", "4096")
+    monkeypatch.setenv("NEURON_COMPETITION_R1_API_TOKEN", "sk-do-not-leak")  # the prefix, not one of the kit's knobs
     env = clean_environ(tmp_path / "work" / "home", 1, 2, 3, tmp_path / "work" / "run")
+    assert "NEURON_COMPETITION_R1_API_TOKEN" not in env and "sk-do-not-leak" not in " ".join(env.values())
     assert env["NEURON_COMPETITION_R1_CACHE_DIR"] == str(tmp_path / "kit")  # where the kit's prepare.py finds its data
     assert env["NEURON_COMPETITION_R1_NUM_STEPS"] == "3"  # the kit's own step knob stops it
     assert env["NEURON_COMPETITION_R1_EVAL_PUBLIC"] == "0" and env["NEURON_COMPETITION_R1_EVAL_TOKENS"] == "4096"

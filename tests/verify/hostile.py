@@ -323,7 +323,61 @@ def _transpose(state: dict[str, torch.Tensor]) -> None:
     state["proj.weight"] = state["proj.weight"].t().contiguous() + 1.0
 
 
+def _final_pt_with(extra: dict[str, Any] | None = None, *, config: Any = None, state_edit: Callable | None = None) -> Callable[[Ctx], Path]:
+    """final.pt of the tiny state with weights smuggled beside model_state (issue 26.4)."""
+    def build(ctx: Ctx) -> Path:
+        state = {k: v.clone() for k, v in tiny_state().items()}
+        if state_edit:
+            state_edit(state)
+        buffer = io.BytesIO()
+        torch.save({"model_state": state, "model_config": config if config is not None else {"vocab_size": 8192}, "meta": {},
+                    **(extra or {})}, buffer)
+        return pack(ctx, _with({fmt.CHECKPOINT_FINAL_PT: buffer.getvalue()}))
+
+    return build
+
+
+def _slack_view(state: dict[str, torch.Tensor]) -> None:
+    """proj.weight as a view of the first bytes of a bigger storage that also holds other weights."""
+    weight = state["proj.weight"]
+    storage = torch.cat([weight.flatten(), torch.linspace(-1, 1, 4096)])
+    state["proj.weight"] = storage[: weight.numel()].view(weight.shape)
+
+
+def _safetensors_edit(edit: Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]) -> Callable[[Ctx], Path]:
+    """model.safetensors of the tiny state, its header and data changed by ``edit``."""
+    def build(ctx: Ctx) -> Path:
+        raw = _base()[fmt.CHECKPOINT_SAFETENSORS]
+        (length,) = struct.unpack("<Q", raw[:8])
+        header, data = edit(json.loads(raw[8:8 + length]), raw[8 + length:])
+        return pack(ctx, _with({fmt.CHECKPOINT_SAFETENSORS: _safetensors(json.dumps(header).encode(), data)}))
+
+    return build
+
+
+def _gap(header: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
+    """64 bytes of other weights between the first tensor and the rest."""
+    first = min((v["data_offsets"][1], k) for k, v in header.items() if k != "__metadata__")
+    for key, value in header.items():
+        if key != "__metadata__" and value["data_offsets"][0] >= first[0]:
+            value["data_offsets"] = [value["data_offsets"][0] + 64, value["data_offsets"][1] + 64]
+    return header, data[:first[0]] + bytes(range(64)) + data[first[0]:]
+
+
 CHECKPOINT: dict[str, Case] = {
+    "final-pt-weights-in-model-config": Case(_final_pt_with(config={"vocab_size": 8192, "w": [0.5] * 20_000}), "checkpoint",
+                                             says="weights belong in model_state"),
+    "final-pt-tensor-in-meta": Case(_final_pt_with({"meta": {"w": torch.linspace(-1, 1, 4096)}}), "checkpoint", says="holds a Tensor"),
+    "final-pt-extra-key": Case(_final_pt_with({"extra": {"qkv.weight": torch.zeros(48, 16)}}), "checkpoint", says="extra"),
+    "final-pt-storage-slack": Case(_final_pt_with(state_edit=_slack_view), "checkpoint", says="slack"),
+    "safetensors-gap-between-tensors": Case(_safetensors_edit(_gap), "checkpoint", says="slack"),
+    "safetensors-trailing-bytes": Case(_safetensors_edit(lambda h, d: (h, d + bytes(4096))), "checkpoint", says="slack"),
+    "safetensors-weights-in-metadata": Case(_safetensors_edit(lambda h, d: ({**h, "__metadata__": {"w": "0.5," * 20_000}}, d)),
+                                            "checkpoint", says="__metadata__"),
+    # A header length of 1 TiB: refused from the 8 bytes that state it, before anything is read.
+    "safetensors-huge-header-length": Case(lambda ctx: pack(ctx, _with({fmt.CHECKPOINT_SAFETENSORS: struct.pack("<Q", 1 << 40)
+                                                                        + _base()[fmt.CHECKPOINT_SAFETENSORS][8:]})),
+                                           "checkpoint", says="header length"),
     "final-pt-one-value-differs": Case(_changed_state(_bump), "checkpoint"),
     "final-pt-renamed-tensor": Case(_changed_state(_swap_tensor), "checkpoint"),
     "final-pt-other-dtype": Case(_changed_state(_half), "checkpoint"),
