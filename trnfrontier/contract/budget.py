@@ -50,13 +50,14 @@ def _theirs_reads(log: StepLog) -> bool:
 
 
 def account(
-    path: Path, prepare: ModuleType | None, launch: float | None = None, launch_source: str = TRNF_LAUNCH
+    path: Path, prepare: ModuleType | None, launch: float | None = None, launch_source: str = TRNF_LAUNCH,
+    *, log: StepLog | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The accounting of ``path`` and which implementation produced it. The log is read
     (and its rules held: finite, time never backwards, ...) whoever computes the charge;
-    ``launch`` starts a log without a header. The accounting says how the log was read
-    (``step_log``) and where its start came from (``start_source``)."""
-    log = read_step_log(path, launch, launch_source)
+    ``launch`` starts a log without a header (``log``: already read so). The accounting
+    says how the log was read (``step_log``) and where its start came from (``start_source``)."""
+    log = log or read_step_log(path, launch, launch_source)
     read = {"step_log": log.describe(), "start_source": log.start_source, "start_time": log.last.start,
             "lower_bound": log.lower_bound}
     if prepare is not None and callable(getattr(prepare, "budget_accounting", None)) and _theirs_reads(log):
@@ -73,14 +74,26 @@ def account(
     return {**documented_accounting(path, budget, excluded, cap, log=log), **read}, how
 
 
-def for_phase(accounting: dict[str, Any], phase: Phase) -> dict[str, Any]:
-    """``accounting`` judged against ``phase``'s budget. A prepare.py knows one budget (this
-    project's, like the kit's, Phase 1's 1,800 s); a Phase 2 run's charge is held to 14,400."""
+def for_phase(
+    accounting: dict[str, Any], how: str, phase: Phase, log: StepLog | None = None, prepare: ModuleType | None = None
+) -> tuple[dict[str, Any], str]:
+    """(``accounting`` judged against ``phase``'s rules, which implementation charged it).
+
+    A prepare.py knows one phase's rules (this project's, like the kit's, Phase 1's:
+    1,800 s); a Phase 2 run's charge is held to 14,400 s, and where ``phase``'s startup
+    rules differ from ``prepare``'s constants, the last segment of ``log`` is charged again
+    under the phase's (today Phase 2 assumes Phase 1's, so only the budget changes)."""
     if phase.number == DEFAULT_PHASE:
-        return accounting
+        return accounting, how
+    startup = (phase.startup_steps_excluded, phase.startup_allowance_cap_seconds)
+    if log is not None and startup != budget_rule.budget_of(prepare)[1:]:
+        run = log.last
+        recharged = budget_rule.account(run.start, run.boundaries, budget=phase.budget_seconds,
+                                        steps_excluded=startup[0], cap=startup[1])
+        return {**accounting, **recharged}, f"the documented formula under Phase {phase.number}'s startup rules"
     charged = float(accounting["charged_seconds"])
     budget = phase.budget_seconds
-    return {**accounting, "budget_seconds": budget, "headroom_seconds": budget - charged, "over_budget": charged > budget}
+    return {**accounting, "budget_seconds": budget, "headroom_seconds": budget - charged, "over_budget": charged > budget}, how
 
 
 def account_log(
@@ -96,10 +109,11 @@ def account_log(
     if not path.is_file():
         return None, no_step_log(path)
     try:
-        accounting, how = account(path, prepare, launch, launch_source)
+        log = read_step_log(path, launch, launch_source)
+        accounting, how = account(path, prepare, launch, launch_source, log=log)
     except (StepLogError, OSError, ValueError, KeyError, TypeError) as exc:
         return None, unread_step_log(path, exc)
-    return for_phase(accounting, phase), how
+    return for_phase(accounting, how, phase, log, prepare)
 
 
 def recorded_start(summary: dict[str, Any] | None) -> tuple[float | None, str]:

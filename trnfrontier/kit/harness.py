@@ -45,6 +45,7 @@ from trnfrontier.child_env import child_env
 from trnfrontier.contract.allowed_imports import OPTIONAL_DISTRIBUTIONS, ORGANISER_DISTRIBUTIONS
 from trnfrontier.contract.kit import COMPILE_ENV, ENV_PREFIX, EVAL_PUBLIC_ENV, KNOBS, NUM_STEPS_ENV
 from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
+from trnfrontier.contract.phases import DEFAULT_PHASE, Phase
 from trnfrontier.contract.steplog import Boundary, StepLogError, read_step_log
 from trnfrontier.runtime import exit_settle
 from trnfrontier.runtime.data_home import KIT_CACHE_DIR_ENV
@@ -55,6 +56,14 @@ from trnfrontier.untrusted.served import ServedModel, ServerError
 DRY_RUN_STEPS_ENV = "TRNF_DRY_RUN_STEPS"
 # What is read back of a dry run's step log, at most.
 STEP_LOG_CAP = 16 << 20
+# Phase 2's 64 or 128 ranks do not fit a CPU: its dry runs prove train.py on this many.
+DRY_RUN_MAX_RANKS = 4
+
+
+def dry_run_ranks(nproc: int, phase: Phase) -> int:
+    """How many CPU ranks a dry run of an ``nproc``-process launch of ``phase`` starts: all of
+    them for Phase 1 (at most one chip's 8), at most DRY_RUN_MAX_RANKS for another phase."""
+    return nproc if phase.number == DEFAULT_PHASE else min(nproc, DRY_RUN_MAX_RANKS)
 
 
 def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = None) -> dict[str, str]:

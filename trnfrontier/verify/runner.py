@@ -40,7 +40,7 @@ from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase, phase_of
 from trnfrontier.contract.pins import Pin, load_pins
 from trnfrontier.contract.steplog import HEADER, StepLogError, read_step_log
 from trnfrontier.errors import TrnfError
-from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
+from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV, dry_run_ranks
 from trnfrontier.progress import Steps
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
 from trnfrontier.untrusted import hostfs, sandbox
@@ -60,8 +60,6 @@ DRY_RUN_NOTE_CHARS = 1500
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
 # evaluation limit (EVAL_TIMEOUT_SECONDS = 1200) plus time to import and load on a CPU.
 DEFAULT_TIMEOUTS = {"contract": 300.0, "rerun-eval": 1500.0, "dry-run": 900.0, "inference": 900.0, "core": 3600.0}
-# A Phase 2 launch runs 64 or 128 ranks; the CPU dry run proves train.py on this many.
-DRY_RUN_MAX_RANKS = 4
 # Every check, in report order; the ones after GATE run archive code.
 CHECK_NAMES = ("extract", "manifest", "pin:prepare", "pin:tokenizer", "launch", "screen", "upload-size", "checkpoint", "budget", "contract")
 # A failure here marks the archive as malformed or hostile, so none of its code runs.
@@ -230,7 +228,7 @@ def _budget_from_logs(root: Path, path: Path, prepare: ModuleType | None, phase:
     try:
         log = read_step_log(path, launch, source)
         acct, how = account(path, prepare, launch, source)
-        acct = for_phase(acct, phase)
+        acct, how = for_phase(acct, how, phase, log, prepare)
     except (StepLogError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return failed("budget", f"{fmt.STEP_LOG} unusable: {str(exc).replace(str(path), fmt.STEP_LOG)}")
     if log.lower_bound:
@@ -456,8 +454,7 @@ def _dry_run_check(report: Report, root: Path, names: list[str], work: Path, lau
     if launch is None:
         return skipped("dry-run", "not run: launch.txt did not parse")
     work.mkdir()
-    # Phase 2's 64 or 128 ranks do not fit a CPU: the dry run proves train.py on a few.
-    nproc = launch.nproc if phase.number == DEFAULT_PHASE else min(launch.nproc, DRY_RUN_MAX_RANKS)
+    nproc = dry_run_ranks(launch.nproc, phase)  # Phase 2's 64 or 128 ranks do not fit a CPU
     res = dry_run(root, names, work, nproc=nproc, lnc=launch.lnc, prepare=trusted.path, steps=options.dry_run_steps,
                   timeout=options.limit("dry-run"), sandboxed=options.sandboxed,
                   expected=checkpoint_shapes(fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS)))
