@@ -33,6 +33,7 @@ TRAIN = (
     OnlyIn("--timeout", "kit", _TRAIN_KIT_ONLY),
     OnlyIn("--dry-run", "kit", _TRAIN_KIT_ONLY),
     OnlyIn("--steps", "kit", _TRAIN_KIT_ONLY),
+    OnlyIn("--phase", "kit", "--phase applies to --train-py runs; a recipe names its own (phase: 2, or the override phase=2)"),
 )
 
 PACKAGE = (

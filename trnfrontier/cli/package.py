@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,15 +32,6 @@ def _report(result: PackageResult, json_output: bool) -> None:
     for reason in result.manifest.get("forced", []):
         console.print(f"[yellow]forced[/]: {reason}")
     console.print(f"next: {trnf_line('verify', str(result.archive))}")
-
-
-def _run_phase(run_dir: Path | None) -> int:
-    """The phase a run directory's recipe.json names (1 when it names none or cannot be read)."""
-    try:
-        recipe = json.loads((run_dir / "recipe.json").read_text(encoding="utf-8")) if run_dir else {}
-    except (OSError, ValueError):
-        return 1
-    return recipe.get("phase", 1) if isinstance(recipe, dict) else 1
 
 
 def command(
@@ -95,20 +85,27 @@ def command(
         "--val-bpb-from-eval",
         help="Kit mode: measure val_bpb now with the trusted evaluate_bpb (trnf eval).",
     ),
-    phase: int = typer.Option(
-        1, "--phase", min=1, max=2, help="Kit mode: the competition phase (2 ships the inference.py beside train.py); a run directory's recipe says its own."
+    phase: int | None = typer.Option(
+        None,
+        "--phase",
+        min=1,
+        max=2,
+        help="Kit mode: the competition phase (2 ships the inference.py beside train.py); default: the phase the "
+        "--run-dir run recorded (`trnf train --train-py --phase`), else 1. A run directory's recipe says its own.",
     ),
 ) -> int:
     """Package a run (or, with --train-py, your own train.py) as submission.tar."""
+    from trnfrontier.packaging.finished_run import recorded_phase  # reads JSON only: no torch
+
     given = {
         "RUN_DIR": run_dir is not None,
         "--single-file": single_file,
         "--checkpoint": checkpoint is not None,
         # A Phase 2 run directory may name the server's launch (it rehearsed at another scale).
-        "--launch": launch is not None and not (train_py is None and _run_phase(run_dir) != 1),
+        "--launch": launch is not None and not (train_py is None and (recorded_phase(run_dir) or 1) != 1),
         "--run-dir": kit_run_dir is not None,
         "--val-bpb-from-eval": val_bpb_from_eval,
-        "--phase": phase != 1,
+        "--phase": phase is not None,
     }
     check_mode(modes.PACKAGE, "kit" if train_py is not None else "recipe", given)
     from trnfrontier.progress import steps

@@ -56,6 +56,14 @@ def command(
         False, "--dry-run", help="--train-py: a few CPU steps in a clean environment."
     ),
     steps: int | None = typer.Option(None, "--steps", help="--train-py --dry-run: how many steps."),
+    phase: int | None = typer.Option(
+        None,
+        "--phase",
+        min=1,
+        max=2,
+        help="--train-py: the competition phase whose launch shapes and budget the run is held to "
+        "(default 1; 2: 64 processes at LNC 2 or 128 at LNC 1, 14,400 s, inference.py beside train.py).",
+    ),
 ) -> None:
     """Train a recipe within its budget. Override any key: `optim.matrix_lr=0.03 budget.seconds=120`.
 
@@ -66,6 +74,7 @@ def command(
         "--timeout": timeout is not None,
         "--dry-run": dry_run,
         "--steps": steps is not None,
+        "--phase": phase is not None,
     }
     check_mode(modes.TRAIN, "kit" if train_py is not None else "recipe", given)
     if train_py is not None:
@@ -83,6 +92,7 @@ def command(
             steps=steps,
             args=script_args,
             json_output=json_output,
+            phase=phase or 1,
         )
         return
 

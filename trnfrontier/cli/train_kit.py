@@ -17,14 +17,18 @@ from rich.table import Table
 from rich.text import Text
 
 from trnfrontier.console import err, out, print_json
+from trnfrontier.contract.phases import DEFAULT_PHASE
+from trnfrontier.contract.phases import phase as phase_rules
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.hints import trnf_line
 from trnfrontier.kit.console import ConsoleView
 from trnfrontier.kit.dryrun import STAGES, DryRunReport, dry_run_kit
+from trnfrontier.kit.harness import dry_run_ranks
 from trnfrontier.kit.train_kit import (
     KitInterrupted,
     KitOptions,
     KitRun,
+    phase_notes,
     rerun_command,
     train_kit,
     validate_shape,
@@ -106,15 +110,32 @@ def _train(options: KitOptions, json_output: bool) -> KitRun:
     return run
 
 
+def _dry_run_shape(train_py: Path, nproc: int, lnc: int, phase: int) -> int:
+    """The CPU ranks a dry run starts, after the launch shape is checked against ``phase``
+    (Phase 1: all of them, silently, as ever; another phase: its notes said, as a real run
+    says them, and its 64 or 128 processes stood in for by a few)."""
+    rules = phase_rules(phase)
+    if rules.number == DEFAULT_PHASE:
+        validate_shape(nproc, lnc)
+        return nproc
+    for note in phase_notes(train_py.expanduser().resolve(), nproc, lnc, rules):
+        err().print(f"note: {note}")
+    ranks = dry_run_ranks(nproc, rules)
+    if ranks < nproc:
+        err().print(f"note: {nproc} processes do not fit a CPU: the dry run runs train.py on {ranks} rank(s), "
+                    f"as `trnf verify` does for Phase {rules.number}")
+    return ranks
+
+
 def kit_command(
     *, train_py: Path, nproc: int, lnc: int, out_dir: Path | None, timeout: float | None,
-    dry_run: bool, steps: int | None, args: list[str], json_output: bool,
+    dry_run: bool, steps: int | None, args: list[str], json_output: bool, phase: int = DEFAULT_PHASE,
 ) -> None:
     """`trnf train --train-py ...` and `... --dry-run`: raises TrnfError on any failure."""
     if steps is not None and not dry_run:
         raise UsageError("--steps limits a --dry-run; a real run's own flags go after `--`")
     if not dry_run:
-        run = _train(KitOptions(train_py, nproc, lnc, out_dir, timeout, tuple(args)), json_output)
+        run = _train(KitOptions(train_py, nproc, lnc, out_dir, timeout, tuple(args), phase), json_output)
         if run.problems:
             if run.summary.get("status") != CRASHED:  # a crash's traceback is in the log its line names
                 _print_tail(err(), run.failure_log, run.failure_tail)
@@ -128,7 +149,7 @@ def kit_command(
         err().print(f"run directory {run.run_dir}; score it: {score}")
         return
 
-    validate_shape(nproc, lnc)
+    ranks = _dry_run_shape(train_py, nproc, lnc, phase)
     limit = timeout if timeout is not None else DRY_RUN_TIMEOUT_SECONDS
     if out_dir is not None:
         work = out_dir.expanduser().resolve()
@@ -139,8 +160,8 @@ def kit_command(
         # Removed when the dry run passes; kept when it fails, so the log it names exists.
         work = Path(tempfile.mkdtemp(prefix="trnf-dry-run-"))
     try:
-        with progress_steps(f"dry run of {train_py} on {nproc} CPU rank(s)", len(STAGES)) as bar:
-            report = dry_run_kit(train_py, work, nproc=nproc, lnc=lnc, steps=steps or 3, timeout=limit,
+        with progress_steps(f"dry run of {train_py} on {ranks} CPU rank(s)", len(STAGES)) as bar:
+            report = dry_run_kit(train_py, work, nproc=ranks, lnc=lnc, steps=steps or 3, timeout=limit,
                                  args=tuple(args), progress=bar)
     except BaseException:
         if out_dir is None:

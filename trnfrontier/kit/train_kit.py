@@ -21,6 +21,11 @@ Where things happen (decided so that a kit run behaves exactly like the organise
       step_boundaries.jsonl      TRNF_STEP_LOG: what record_step_boundary wrote
       metrics.jsonl              the step lines rank 0 printed, + charged_seconds
       summary.json               recipe-run keys + kit keys (see build below)
+
+``--phase`` (``KitOptions.phase``, default 1) chooses the competition phase the run is held
+to: its launch shapes (a shape outside them is a note, not a refusal: local rehearsals run at
+other scales), its budget and startup rules (``contract/phases.py``), and for Phase 2 a note
+when no inference.py is beside train.py. summary.json records it; `trnf package` follows it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from trnfrontier.contract.kit import CHECKPOINT as KIT_CHECKPOINT
 from trnfrontier.contract.kit import ENV_PREFIX, LAUNCH_FILE
 from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
 from trnfrontier.contract.launch import LNC_CHOICES, NPROC_CHOICES, choices_text
+from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
+from trnfrontier.contract.phases import phase as phase_rules
 from trnfrontier.errors import UsageError
 from trnfrontier.hints import trnf_line
 from trnfrontier.kit import launch, logs, preflight, summary
@@ -62,6 +69,7 @@ from trnfrontier.runtime.rundir import (
     exit_code_for,
     read_summary,
 )
+from trnfrontier.submission import INFERENCE_PY
 from trnfrontier.trusted_prepare import TrustedContract, load_contract, recorded_tokenizer_sha256
 
 
@@ -81,6 +89,7 @@ class KitOptions:
     out: Path | None = None
     timeout: float | None = None
     args: tuple[str, ...] = ()
+    phase: int = DEFAULT_PHASE  # the competition phase whose launch shapes and budget the run is held to
 
 
 @dataclass
@@ -94,15 +103,36 @@ class KitRun:
     notes: list[str] = field(default_factory=list)
 
 
-def validate_shape(nproc: int, lnc: int) -> list[str]:
-    """Usage errors for impossible shapes; notes for shapes the organisers do not accept."""
+def validate_shape(nproc: int, lnc: int, phase: Phase = PHASES[DEFAULT_PHASE]) -> list[str]:
+    """Usage errors for impossible shapes; notes for shapes the organisers do not accept in ``phase``."""
     if nproc < 1:
         raise UsageError(f"--nproc {nproc}: needs at least one process")
     if lnc not in LNC_CHOICES:
         raise UsageError(f"--lnc {lnc}: NEURON_LOGICAL_NC_CONFIG is {choices_text(LNC_CHOICES)}")
-    if nproc not in NPROC_CHOICES:
-        return [f"--nproc {nproc} is not a valid submission launch (nproc_per_node is {choices_text(NPROC_CHOICES)}); fine for a local run"]
+    if phase.number == DEFAULT_PHASE:
+        # Phase 1 accepts every LNC with each of its nproc choices: the note names nproc only.
+        if nproc not in NPROC_CHOICES:
+            return [f"--nproc {nproc} is not a valid submission launch (nproc_per_node is {choices_text(NPROC_CHOICES)}); fine for a local run"]
+        return []
+    if not phase.accepts(lnc, nproc):
+        return [f"--nproc {nproc} with --lnc {lnc} is not a valid Phase {phase.number} launch "
+                f"(Phase {phase.number} runs {phase.shapes_text()}, the whole {phase.instance}); fine for a local run"]
     return []
+
+
+def phase_notes(script: Path, nproc: int, lnc: int, phase: Phase) -> list[str]:
+    """What a run of ``script`` at this shape should hear about ``phase`` before it starts:
+    the launch shape, and an inference.py the phase's submission carries but that is not
+    there yet (not refused: a team may write it after training)."""
+    notes = validate_shape(nproc, lnc, phase)
+    inference = script.parent / INFERENCE_PY
+    if phase.inference_py and not inference.is_file():
+        notes.append(
+            f"Phase {phase.number} submissions carry {INFERENCE_PY} beside train.py and {inference} does not exist yet "
+            f"(`trnf package` will refuse without it): `trnf init NEWDIR --phase {phase.number}` writes one, with a "
+            f"template train.py; copy its {INFERENCE_PY} here and fit it to your model"
+        )
+    return notes
 
 
 def default_run_dir() -> Path:
@@ -134,6 +164,8 @@ def rerun_command(options: KitOptions, run_dir: Path) -> str:
     """The `trnf train --train-py` line that starts this run again in ``run_dir``."""
     argv = ["train", "--train-py", str(options.train_py), "--nproc", str(options.nproc),
             "--lnc", str(options.lnc), "--out", str(run_dir)]
+    if options.phase != DEFAULT_PHASE:
+        argv += ["--phase", str(options.phase)]
     if options.timeout is not None:
         argv += ["--timeout", f"{options.timeout:g}"]
     if options.args:
@@ -175,7 +207,7 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     """Preflight, the run directory and the launch plan: (script, contract, run dir, plan, notes)."""
     script = options.train_py.expanduser().resolve()
     tree = preflight.check_train_py(options.train_py.expanduser())
-    notes = validate_shape(options.nproc, options.lnc)
+    notes = phase_notes(script, options.nproc, options.lnc, phase_rules(options.phase))
     if options.args:
         notes.append("arguments after `--` are not part of a valid submission launch: the organisers run train.py without any")
     if not preflight.calls_record_step_boundary(tree):
@@ -205,14 +237,15 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     return script, contract, run_dir, plan, notes
 
 
-def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Path, contract: TrustedContract, began: float) -> _Observed:
-    """Per-rank logs, rank 0's step lines, the budget accounting, metrics.jsonl, the checkpoint."""
+def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Path, contract: TrustedContract, began: float,
+             phase: Phase) -> _Observed:
+    """Per-rank logs, rank 0's step lines, the budget accounting (``phase``'s), metrics.jsonl, the checkpoint."""
     rank_logs = logs.collect_rank_logs(plan.log_dir, run_dir / "logs")
     rank0 = rank_logs.get(0)
     printed = logs.read_printed([rank0.stdout, rank0.stderr] if rank0 else [])
     step_log = run_dir / STEP_LOG_FILE
     # A log without a header line starts when trnf launched the run (it knows; the log may not say).
-    accounting, how = account_log(step_log, contract.module, launch=began)
+    accounting, how = account_log(step_log, contract.module, phase, launch=began)
     charged = summary.charged_by_step(step_log, accounting) if accounting else {}
     summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
     checkpoint = find_checkpoint(plan.cwd, since=began - 1.0, exclude=run_dir)
@@ -292,6 +325,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "device": None,  # the script chooses its device; trnf does not see it
         "world_size": options.nproc,
         "lnc": options.lnc,
+        "phase": options.phase,  # the phase's launch shapes and budget it was held to; `trnf package` follows it
         "versions": versions(),
         "prepare_sha256": contract.sha256,
         "tokenizer_sha256": recorded_tokenizer_sha256(contract),
@@ -349,7 +383,7 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     record.start_run(run_dir, script.name, str(script), script, list(options.args), None, _warn)
     began = time.time()
     outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
-    seen = _observe(outcome, plan, run_dir, contract, began)
+    seen = _observe(outcome, plan, run_dir, contract, began, phase_rules(options.phase))
     run = KitRun(run_dir=run_dir, summary={}, notes=notes)
     status, failed_rank = _judge(run, seen, options)
     run.summary = _document(run, seen, status, failed_rank, script=script, contract=contract, plan=plan, options=options)

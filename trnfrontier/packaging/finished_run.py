@@ -64,6 +64,24 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def recorded_phase(run_dir: Path | None) -> int | None:
+    """The phase a run directory recorded: a kit run's summary.json ``phase``, else its
+    recipe.json's (a recipe run, or the run a trnf init train.py wrote; Phase 1 is not
+    written there). None when it records neither (a kit run from before trnf recorded
+    phases) or cannot be read: the caller's default applies."""
+    if run_dir is None:
+        return None
+    for name, absent in ((SUMMARY_FILE, None), (RECIPE_FILE, DEFAULT_PHASE)):
+        try:
+            document = json.loads((Path(run_dir) / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        number = document.get("phase", absent) if isinstance(document, dict) else None
+        if type(number) is int and number in PHASES:
+            return number
+    return None
+
+
 def read_run(path: Path) -> RunDir:
     """Read a run directory; anything that makes it unpackageable even with --force is an error here."""
     path = Path(path)

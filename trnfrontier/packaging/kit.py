@@ -36,7 +36,12 @@ from trnfrontier.packaging.build import (
     summary_facts,
     write_archive,
 )
-from trnfrontier.packaging.finished_run import checkpoint_params, read_json, refusal_reasons
+from trnfrontier.packaging.finished_run import (
+    checkpoint_params,
+    read_json,
+    recorded_phase,
+    refusal_reasons,
+)
 from trnfrontier.packaging.writeup import existing_team_text
 from trnfrontier.runtime.integrity import DamagedFileError, check_recorded_sha256, check_weights
 from trnfrontier.runtime.prepare_calls import constant
@@ -258,6 +263,18 @@ def _from_run_dir(
     return Path(checkpoint), launch
 
 
+def run_phase(run_dir: Path | None, given: int | None) -> int:
+    """The phase to package a kit run as: the one its directory recorded, unless ``given``
+    (--phase) says otherwise, which is a usage error when the run recorded another."""
+    recorded = recorded_phase(run_dir)
+    if given is not None and recorded is not None and given != recorded:
+        raise UsageError(
+            f"--phase {given}: the run in {run_dir} was trained as Phase {recorded} (its launch shapes and budget); "
+            f"package it without --phase, or train it again with `trnf train --train-py ... --phase {given}`"
+        )
+    return given or recorded or DEFAULT_PHASE
+
+
 def _kit_summary(
     members: dict[str, Path | bytes],
     run_dir: Path | None,
@@ -312,20 +329,30 @@ def package_kit(
     force: bool = False,
     pins_file: Path | None = None,
     val_bpb_from_eval: bool = False,
-    phase: int = DEFAULT_PHASE,
+    phase: int | None = None,
 ) -> PackageResult:
     """Package a team's own train.py, its local imports, its checkpoint and a kit run's logs
     (``phase`` 2: with the inference.py beside train.py, checked against Phase 2's launch
-    shapes and budget)."""
-    rules = phase_rules(phase)
+    shapes and budget; None: the phase the run directory recorded, else Phase 1)."""
     train_py = Path(train_py)
     if not train_py.is_file():
         raise UsageError(f"--train-py {train_py}: no such file")
+    given_launch = launch
     checkpoint, launch = _from_run_dir(run_dir, checkpoint, launch)
     if run_dir is None and (checkpoint.parent / "run" / SUMMARY_FILE).is_file():
         run_dir = checkpoint.parent / "run"  # where trnf init's train.py writes its run
     run_dir = Path(run_dir) if run_dir is not None else None
-    launch = check_launch(launch, rules)
+    rules = phase_rules(run_phase(run_dir, phase))
+    try:
+        launch = check_launch(launch, rules)
+    except UsageError:
+        if given_launch is not None or run_dir is None or rules.number == DEFAULT_PHASE:
+            raise
+        # A Phase 2 run rehearses at a scale a CPU (or a few chips) holds: its launch.txt is that one.
+        raise UsageError(
+            f"{run_dir / fmt.LAUNCH_TXT} records the launch the run rehearsed, {launch.strip()!r}, not a Phase "
+            f"{rules.number} one; give --launch with the one the organisers will run ({rules.shapes_text()})"
+        ) from None
     team_text = read_team_text(writeup)
     if team_text is None and run_dir is not None:  # the write-up the kit run left, as the team edited it
         team_text = existing_team_text(run_dir)
