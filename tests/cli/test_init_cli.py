@@ -59,6 +59,28 @@ def test_init_phase_2_writes_inference_py_beside_train_py(tmp_path: Path, capsys
     assert code == 1 and "not a Phase 2 launch" in err
 
 
+def test_init_inference_only_writes_inference_py_beside_a_teams_own_train_py(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "train.py").write_text("# the team's own\n")
+    code, out, err = run_cli(["init", str(team), "--inference-only"], capsys)
+    assert code == 0, err
+    written = (team / "inference.py").read_text()
+    assert "train.load_for_eval(" in written and "def next_token_logprobs(" in written
+    assert sorted(p.name for p in team.iterdir()) == ["inference.py", "train.py"]  # nothing else touched
+    assert (team / "train.py").read_text() == "# the team's own\n" and "note:" not in out
+    code, _, err = run_cli(["init", str(team), "--inference-only"], capsys)
+    assert code == 2 and "already exists" in err and "--force" in err
+    assert run_cli(["init", str(team), "--inference-only", "--force"], capsys)[0] == 0
+    code, out, _ = run_cli(["init", str(tmp_path / "empty"), "--inference-only"], capsys)
+    assert code == 0 and "train.py does not exist yet" in out
+    for wrong in (["--phase", "1"], ["--recipe", "cpu_smoke"], ["model.depth=2"]):
+        code, _, err = run_cli(["init", str(tmp_path / "x"), "--inference-only", *wrong], capsys)
+        assert code == 2 and "--inference-only" in err and not (tmp_path / "x").exists()
+
+
 @pytest.mark.slow
 def test_init_output_trains_on_cpu_packages_and_verifies(
     sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

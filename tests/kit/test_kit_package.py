@@ -65,7 +65,7 @@ def test_a_phase_2_kit_run_is_charged_against_14400_s(phase_2_run: tuple[Path, P
     assert summary["headroom_seconds"] == pytest.approx(14_400 - summary["charged_seconds"])
     assert "/ 14400 s" in result.stdout  # the result table's charged / budget
     assert "note: --nproc 1 with --lnc 2 is not a valid Phase 2 launch (Phase 2 runs --nproc_per_node=64" in result.stderr
-    assert "inference.py does not exist yet" in result.stderr and "`trnf init NEWDIR --phase 2`" in result.stderr
+    assert "inference.py does not exist yet" in result.stderr and "--inference-only` writes one" in result.stderr
 
 
 @pytest.mark.slow

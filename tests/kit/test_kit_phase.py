@@ -56,7 +56,7 @@ def test_impossible_shapes_stay_usage_errors_in_every_phase() -> None:
 def test_phase_2_without_inference_py_is_noted_with_the_command_that_writes_one(tmp_path: Path) -> None:
     train_py = write_train_py(tmp_path, "good")
     [note] = phase_notes(train_py, 64, 2, PHASES[2])
-    assert f"{tmp_path / 'inference.py'} does not exist yet" in note and "`trnf init NEWDIR --phase 2`" in note
+    assert f"{tmp_path / 'inference.py'} does not exist yet" in note and f"`trnf init {tmp_path} --inference-only`" in note
     assert phase_notes(train_py, 4, 2, PHASES[1]) == []  # Phase 1 carries none
     (tmp_path / "inference.py").write_text("# the team's\n")
     assert phase_notes(train_py, 64, 2, PHASES[2]) == []

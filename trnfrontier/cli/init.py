@@ -60,9 +60,14 @@ def command(
     force: bool = typer.Option(
         False, "--force", help="Overwrite an existing train.py / README.md."
     ),
+    inference_only: bool = typer.Option(
+        False, "--inference-only", help="Write only Phase 2's inference.py into DIR, beside a train.py of your own (its load_for_eval loads the model)."
+    ),
 ) -> int:
     """Write a single-file train.py (model, Muon + AdamW, the budgeted loop, load_for_eval) you
     own; for Phase 2 also the inference.py the organisers run CORE through."""
+    if inference_only:
+        return _write_inference_only(directory, recipe, phase, overrides, force)
     from trnfrontier.contract.inference_source import inference_py_source
     from trnfrontier.contract.phases import phase_of
     from trnfrontier.packaging.build import launch_for  # imports torch: only when the command runs
@@ -108,6 +113,33 @@ def command(
     else:
         out().print(f"kept the prepare.py already in {directory}")
     out().print(f"then: cd {directory} && python train.py")
+    return 0
+
+
+def _write_inference_only(directory: Path, recipe: str | None, phase: int | None, overrides: list[str] | None, force: bool) -> int:
+    """``--inference-only``: Phase 2's inference.py alone, for a team whose train.py is its own."""
+    from trnfrontier.contract.inference_source import inference_py_source
+    from trnfrontier.submission import INFERENCE_PY
+
+    if recipe is not None or overrides:
+        raise UsageError("--inference-only writes no train.py, so it takes no --recipe or overrides")
+    if phase == 1:
+        raise UsageError("--inference-only: Phase 1 submissions carry no inference.py (it is Phase 2's)")
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory}: exists and is not a directory")
+    target = directory / INFERENCE_PY
+    if target.exists() and not force:
+        raise UsageError(f"{target} already exists; pass --force to overwrite")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".tmp-{target.name}")
+        tmp.write_text(inference_py_source(), encoding="utf-8")
+        tmp.replace(target)
+    except OSError as exc:
+        raise TrnfError(f"{directory}: cannot write {INFERENCE_PY} there ({exc.strerror or exc}); choose a writable directory") from None
+    out().print(f"wrote {target}: it loads the model with load_for_eval from the train.py beside it")
+    if not (directory / "train.py").is_file():
+        out().print(f"note: {directory / 'train.py'} does not exist yet; inference.py imports it")
     return 0
 
 

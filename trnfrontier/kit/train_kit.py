@@ -129,8 +129,8 @@ def phase_notes(script: Path, nproc: int, lnc: int, phase: Phase) -> list[str]:
     if phase.inference_py and not inference.is_file():
         notes.append(
             f"Phase {phase.number} submissions carry {INFERENCE_PY} beside train.py and {inference} does not exist yet "
-            f"(`trnf package` will refuse without it): `trnf init NEWDIR --phase {phase.number}` writes one, with a "
-            f"template train.py; copy its {INFERENCE_PY} here and fit it to your model"
+            f"(`trnf package` will refuse without it): `trnf init {script.parent} --inference-only` writes one "
+            f"that loads the model with this train.py's load_for_eval"
         )
     return notes
 

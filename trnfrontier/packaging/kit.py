@@ -365,7 +365,7 @@ def package_kit(
     if rules.inference_py:
         inference = train_py.parent / fmt.INFERENCE_PY
         if not inference.is_file():
-            raise UsageError(f"Phase {rules.number} submissions carry {fmt.INFERENCE_PY} beside train.py; {inference} does not exist (`trnf init DIR --phase 2` writes one)")
+            raise UsageError(f"Phase {rules.number} submissions carry {fmt.INFERENCE_PY} beside train.py; {inference} does not exist (`trnf init {inference.parent} --inference-only` writes one)")
         members[fmt.INFERENCE_PY] = inference
         members.update(imported_files(inference))
     if checkpoint.is_file():
