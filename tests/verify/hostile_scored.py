@@ -71,6 +71,22 @@ SCORED.update({
 })
 
 
+def _data_in_code(line: str) -> Case:
+    """A train.py that carries weights in its code, used by forward from a module global (where the
+    identity check would count them as derived): the screen refuses the data itself."""
+    source = TRAIN_PY + f"\n{line}\n"
+    return Case(lambda ctx: pack(ctx, _with({fmt.TRAIN_PY: source.encode()})), "screen", says="belong in the checkpoint")
+
+
+_WEIGHTS = np.linspace(-0.1, 0.1, 4096, dtype=np.float32)
+SCORED.update({
+    "weights-in-a-base64-literal": _data_in_code(f"EXTRA = {base64.b64encode(_WEIGHTS.tobytes()).decode()!r}"),
+    "weights-in-a-bytes-literal": _data_in_code(f"EXTRA = {_WEIGHTS.tobytes()!r}"),
+    "weights-in-a-hex-literal": _data_in_code(f"EXTRA = {_WEIGHTS.tobytes().hex()!r}"),
+    "weights-as-a-number-table": _data_in_code(f"EXTRA = {[round(float(w), 6) for w in _WEIGHTS]!r}"),
+})
+
+
 def _val_text_in_code(ctx: Ctx) -> Path:
     """train.py carrying a stretch of the public validation text (zlib, base64), as a lookup table would."""
     from trnfrontier.runtime import prepare_calls

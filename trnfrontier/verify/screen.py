@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trnfrontier.contract.allowed_imports import ORGANISER_PACKAGES
+from trnfrontier.verify.codeblobs import data_in_code
 from trnfrontier.verify.screen_bypass import bypass_findings
 
 # Modules that reach the network or start processes; never needed to train or evaluate.
@@ -257,7 +258,8 @@ def screen_source(source: str, file: str, local: set[str]) -> ScreenResult:
                 if alias.name == "sys":
                     screener.sys_names.add(alias.asname or "sys")
     screener.visit(tree)
-    result.findings = screener.findings + [Finding(file, line, what) for line, what in bypass_findings(tree)]
+    found = [*bypass_findings(tree), *data_in_code(tree)]
+    result.findings = screener.findings + [Finding(file, line, what) for line, what in found]
     result.defines_load_for_eval = _defines_load_for_eval(tree)
     return result
 
