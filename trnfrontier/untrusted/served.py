@@ -74,6 +74,9 @@ class ServedModel:
     info: dict[str, Any] = field(default_factory=dict)
     timed_out: bool = False
     _pending: tuple[int, int] | None = None
+    # The widest logits reply accepted (judged from its header, before any payload is read);
+    # callers that know the vocabulary narrow it to that + a little.
+    vocab_limit: int = MAX_VOCAB
 
     # -- lifecycle -------------------------------------------------------------------
     @classmethod
@@ -258,11 +261,11 @@ class ServedModel:
         tokens = _int64(idx)
         self._send_tokens({"op": "forward", "shape": list(tokens.shape)}, tokens, list(tokens.shape))
 
-    def receive_forward(self, vocab_limit: int = MAX_VOCAB) -> Any:
-        """Logits [B, T, V] (float32) of the last ``send_forward``; V at most ``vocab_limit``."""
+    def receive_forward(self, vocab_limit: int | None = None) -> Any:
+        """Logits [B, T, V] (float32) of the last ``send_forward``; V at most ``vocab_limit`` (default: the server's)."""
         return self._receive_logits("forward", vocab_limit)
 
-    def forward(self, idx: Any, vocab_limit: int = MAX_VOCAB) -> Any:
+    def forward(self, idx: Any, vocab_limit: int | None = None) -> Any:
         """Logits [B, T, V] (float32) for int tokens ``idx`` [B, T]."""
         self.send_forward(idx)
         return self.receive_forward(vocab_limit)
@@ -287,10 +290,12 @@ class ServedModel:
         self._send(header, tokens.numpy().tobytes())
         self._pending = (int(leading[0]), int(leading[1]))
 
-    def _receive_logits(self, what: str, vocab_limit: int = MAX_VOCAB) -> Any:
+    def _receive_logits(self, what: str, vocab_limit: int | None = None) -> Any:
         """The float32 [*leading, V] reply to the last request, judged before a byte of payload is read:
         a lying server cannot make verify allocate."""
         import torch
+
+        vocab_limit = self.vocab_limit if vocab_limit is None else vocab_limit
 
         if self._pending is None:
             raise ServerError(f"no {what} request is pending")

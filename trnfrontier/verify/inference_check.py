@@ -128,14 +128,18 @@ class InferenceSetup:
     bundle: Any  # evaluate.core.fetch.ResolvedBundle, or None: no CORE run (and no projection)
     crop: int  # CORE rows are cropped to this context (the claimed evaluation length)
     bundle_problem: str = ""  # why there is no bundle, when there is none
+    vocab_limit: int | None = None  # the widest logits either server may reply with (None: the server's default)
 
 
 def _start(setup: InferenceSetup, name: str, inference_py: Path | None) -> ServedModel:
     scratch = setup.scratch / name
     scratch.mkdir(parents=True)
-    return ServedModel.start(root=setup.root, checkpoint=fmt.member_path(setup.root, fmt.EVAL_CHECKPOINT),
-                             prepare=setup.prepare, scratch=scratch, timeout=setup.timeout,
-                             sandboxed=setup.sandboxed, inference_py=inference_py)
+    served = ServedModel.start(root=setup.root, checkpoint=fmt.member_path(setup.root, fmt.EVAL_CHECKPOINT),
+                               prepare=setup.prepare, scratch=scratch, timeout=setup.timeout,
+                               sandboxed=setup.sandboxed, inference_py=inference_py)
+    if setup.vocab_limit is not None:
+        served.vocab_limit = setup.vocab_limit
+    return served
 
 
 def inference_checks(setup: InferenceSetup, phase: Phase, nproc: int) -> list[Check]:

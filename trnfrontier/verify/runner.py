@@ -52,7 +52,7 @@ from trnfrontier.verify.identity import checkpoint_shapes
 from trnfrontier.verify.manifest import check_manifest, load_manifest
 from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.rerun import closing_all, confirm
-from trnfrontier.verify.scoring import TrustedScorer, contract_checks
+from trnfrontier.verify.scoring import VOCAB_SLACK, TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files
 from trnfrontier.verify.statements import stated_over_budget
 
@@ -271,8 +271,12 @@ def _serve(root: Path, trusted: _Trusted, options: Options, scratch: Path, check
         scratches = tuple(scratch / f"s{i}" for i in range(count))
         for path in scratches:
             path.mkdir()  # type: ignore[union-attr]
-    return ServedModel.start_all(count, root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
-                                 timeout=options.limit(check), sandboxed=options.sandboxed, scratches=scratches)
+    servers = ServedModel.start_all(count, root=root, checkpoint=fmt.member_path(root, fmt.EVAL_CHECKPOINT), prepare=trusted.path,
+                                    timeout=options.limit(check), sandboxed=options.sandboxed, scratches=scratches)
+    if trusted.scorer is not None:  # no reply wider than the vocabulary + a little (CORE, the probe, the rerun)
+        for served in servers:
+            served.vocab_limit = trusted.scorer.vocab + VOCAB_SLACK
+    return servers
 
 
 def _scratch(tmp: Path) -> Path:
@@ -489,7 +493,8 @@ def _inference_checks(root: Path, meta: dict[str, Any], launch: Launch | None, p
         bundle, problem = None, f"CORE bundle {options.core_bundle!r}: {exc}"
     setup = InferenceSetup(root=root, prepare=trusted.path, scratch=scratch, timeout=options.limit("inference"),
                            sandboxed=options.sandboxed, seed=options.seed, tokenizer=tokenizer, bundle=bundle,
-                           crop=_claimed_seq_len(meta, trusted, options), bundle_problem=problem)
+                           crop=_claimed_seq_len(meta, trusted, options), bundle_problem=problem,
+                           vocab_limit=trusted.scorer.vocab + VOCAB_SLACK if trusted.scorer else None)
     return inference_checks(setup, phase, launch.nproc if launch else phase.launch_shapes[0].nproc)
 
 

@@ -10,7 +10,6 @@ score is only worth what its scorer is.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -108,8 +107,7 @@ def after_serving(served: ServedModel, checkpoint: Path) -> dict[str, dict[str, 
 
 def contract_checks(served: ServedModel, *, vocab: int, seq_len: int, seed: int, checkpoint: Path) -> dict[str, dict[str, Any]]:
     """modelcheck's judgements on the served model, then ``after_serving``'s."""
-    checks = check_model(functools.partial(served.forward, vocab_limit=vocab + VOCAB_SLACK), served.info, vocab=vocab,
-                         seq_len=seq_len, seed=seed)
+    checks = check_model(served.forward, served.info, vocab=vocab, seq_len=seq_len, seed=seed)  # replies bounded by served.vocab_limit
     for name, verdict in after_serving(served, checkpoint).items():
         if name not in checks or (checks[name]["passed"] and not verdict["passed"]):
             checks[name] = verdict
