@@ -56,7 +56,8 @@ def test_train_eval_package_and_verify_a_kit_run(kit: dict[str, Path]) -> None:
     assert summary["reported_val_bpb"] == printed
 
     # trnf eval and the stub's own eval-public score the checkpoint alike (to 1e-6).
-    checkpoint = kit["kit"] / "out" / "final.pt"
+    checkpoint = Path(summary["final_checkpoint"])  # the run's own: NEURON_COMPETITION_R1_OUT_DIR
+    assert checkpoint == run_dir / "out" / "final.pt" and summary["out_dir_ignored"] is False
     scored = _trnf(kit, "eval", "--train-py", "train.py", "--checkpoint", str(checkpoint), "--tokens", str(EVAL_TOKENS),
                    "--seq-len", "64", "--batch-size", "4", "--json")
     assert scored.returncode == 0, scored.stderr[-3000:]

@@ -82,7 +82,11 @@ def test_two_ranks_write_the_run_directory(two_rank_run: tuple[Path, Path, subpr
     assert summary["over_budget"] is False and summary["charged_seconds"] >= 0
     assert summary["headroom_seconds"] == pytest.approx(summary["budget_seconds"] - summary["charged_seconds"])
     assert summary["params"] == 2 * 8192 * 16 + 16 * 16
-    assert summary["final_checkpoint"] == str(train_py.parent / "out" / "final.pt")  # where the script writes it
+    # This script writes out/final.pt beside itself whatever NEURON_COMPETITION_R1_OUT_DIR says:
+    # found there all the same, and noted (two runs of it at once would collide).
+    assert summary["final_checkpoint"] == str(train_py.parent / "out" / "final.pt")
+    assert summary["out_dir"] == str(run_dir / "out") and summary["out_dir_ignored"] is True
+    assert "note: train.py ignores NEURON_COMPETITION_R1_OUT_DIR" in " ".join(result.stderr.split())
     assert summary["reported_val_bpb"] > 0 and summary["val_bpb"] is None  # the trusted score is trnf eval's
     assert {"tokens_per_second", "mfu", "device", "metrics.tokens_per_second"} <= set(summary["missing_fields"])
     assert "final_loss" not in summary["missing_fields"]
@@ -91,6 +95,7 @@ def test_two_ranks_write_the_run_directory(two_rank_run: tuple[Path, Path, subpr
     recorded = json.loads((run_dir / "launch.json").read_text())
     assert recorded["argv"][1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     assert recorded["cwd"] == str(train_py.parent) and recorded["env"]["TRNF_STEP_LOG"] == str(run_dir / "step_boundaries.jsonl")
+    assert recorded["env"]["NEURON_COMPETITION_R1_OUT_DIR"] == str(run_dir / "out") and recorded["out_dir_chosen_by"] == "trnf"
     assert (run_dir / "contract" / "prepare.py").read_bytes() == (Path(__file__).resolve().parents[2] / "prepare.py").read_bytes()
     for rank in (0, 1):  # every rank printed its own steps into its own log
         assert "step 7 | loss" in (run_dir / "logs" / f"rank{rank}.stdout.log").read_text()  # 0-based, as the kit

@@ -12,9 +12,19 @@ import yaml
 
 from tests.cli_run import run_cli
 from trnfrontier.errors import TrnfError
+from trnfrontier.sweep.driver import check_environment
 from trnfrontier.sweep.space import params_of, train_words
 from trnfrontier.sweep.spec import SweepSpec, override, read_spec, scalar
-from trnfrontier.sweep.trial import Reporter, error_line, mean_loss, metric_value, progress
+from trnfrontier.sweep.trial import (
+    Job,
+    Reporter,
+    error_line,
+    mean_loss,
+    metric_value,
+    plan_words,
+    progress,
+    shared_checkpoint,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,11 +97,58 @@ def test_kit_trials_pass_the_swept_values_as_the_scripts_flags(tmp_path: Path) -
     })  # fmt: skip
     words = train_words(spec, {"--matrix-lr": 0.02}, "runs/k/t0")
     assert words == ["--train-py", str(script), "--nproc", "2", "--out", "runs/k/t0", "--", "--no-compile", "--matrix-lr", "0.02"]
-    with pytest.raises(ValueError, match="concurrency: a train_py's trials run one at a time"):
-        SweepSpec.model_validate({"name": "k", "train_py": str(script), "concurrency": 2,
-                                  "space": {"--lr": {"grid": [1, 2]}}})  # fmt: skip
     with pytest.raises(ValueError, match="seeds: a kit train.py"):
         SweepSpec.model_validate({"name": "k", "train_py": str(script), "seeds": [1, 2], "space": {}})
+
+
+def test_kit_trials_run_at_once_each_into_its_own_folder(tmp_path: Path) -> None:
+    """concurrency > 1 with a train_py: each trial writes into its own run directory through
+    NEURON_COMPETITION_R1_OUT_DIR, so a fixed --out-dir (args, space) or the variable set
+    by the user, which would send every trial to one folder, is refused; at concurrency 1
+    they are the user's to choose."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = {"name": "k", "train_py": str(script), "space": {"--lr": {"grid": [1, 2]}}}
+    spec = SweepSpec.model_validate({**base, "concurrency": 2})
+    check_environment(spec, {})
+    with pytest.raises(TrnfError, match="NEURON_COMPETITION_R1_OUT_DIR is set .*unset it .* or set concurrency: 1"):
+        check_environment(spec, {"NEURON_COMPETITION_R1_OUT_DIR": "/shared/out"})
+    for extra, where in (({"args": ["--out-dir=/x"]}, "args"), ({"args": ["--out-dir", "/x"]}, "args"),
+                         ({"space": {"--out-dir": {"grid": ["a", "b"]}}}, "space.--out-dir")):
+        with pytest.raises(ValueError, match=f"{where}: --out-dir would send trials running at once into one folder"):
+            SweepSpec.model_validate({**base, **extra, "concurrency": 2})
+        alone = SweepSpec.model_validate({**base, **extra, "concurrency": 1})
+        check_environment(alone, {"NEURON_COMPETITION_R1_OUT_DIR": "/shared/out"})
+
+
+def test_a_kit_trial_whose_script_ignores_its_folder_fails_only_when_trials_run_at_once(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = {"name": "k", "train_py": str(script), "space": {"--lr": {"grid": [1, 2]}}}
+    ignored = {"status": "completed", "out_dir_ignored": True, "final_checkpoint": str(tmp_path / "out" / "final.pt")}
+    at_once = SweepSpec.model_validate({**base, "concurrency": 2})
+    line = shared_checkpoint(at_once, ignored)
+    assert line is not None and "train.py ignores NEURON_COMPETITION_R1_OUT_DIR" in line and line.endswith("concurrency: 1")
+    assert shared_checkpoint(at_once, {**ignored, "out_dir_ignored": False}) is None
+    assert shared_checkpoint(SweepSpec.model_validate({**base, "concurrency": 1}), ignored) is None
+
+
+def test_an_interrupted_kit_trial_starts_again_and_a_completed_one_is_not_repeated(tmp_path: Path) -> None:
+    """`trnf sweep --resume`: a kit script owns its checkpoints, so an interrupted kit trial
+    is cleared (its out/final.pt too) and run from scratch; a completed one is not run."""
+    script = tmp_path / "train.py"
+    script.write_text("")
+    spec = SweepSpec.model_validate({"name": "k", "train_py": str(script), "concurrency": 2, "space": {"--lr": {"grid": [1, 2]}}})
+    job = Job("sweep-1", str(tmp_path / "sw"), spec, str(tmp_path))
+    run_dir = job.run_dir("t0")
+    (run_dir / "out").mkdir(parents=True)
+    (run_dir / "out" / "final.pt").write_bytes(b"x")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    assert plan_words(job, {"--lr": 1}, run_dir) == ["train", *train_words(spec, {"--lr": 1}, str(run_dir))]
+    assert not run_dir.exists()
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
+    assert plan_words(job, {"--lr": 1}, run_dir) is None
 
 
 def test_progress_is_steps_or_charged_time_whichever_is_ahead() -> None:

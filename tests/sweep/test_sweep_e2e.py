@@ -1,5 +1,5 @@
-"""`trnf sweep` end to end on a real embedded Ray with tiny CPU runs (slow: two sweeps, about
-three minutes on 2 cores). Each sweep runs in a `trnf` process of its own, as a user runs
+"""`trnf sweep` end to end on a real embedded Ray with tiny CPU runs (slow: three sweeps, about
+four minutes on 2 cores). Each sweep runs in a `trnf` process of its own, as a user runs
 it, and one sweep serves several assertions.
 
 - ASHA: a 4-trial grid, 2 at a time; two trials with a learning rate far too high are
@@ -9,6 +9,8 @@ it, and one sweep serves several assertions.
   goes on; `kill -9` of the driver mid-sweep leaves no trial process behind, and
   `--resume` finishes: the completed trial is not trained again, the interrupted one
   continues from its checkpoint.
+- Kit: two trials of the stub kit's train.py at once, each writing its checkpoint into its
+  own run directory through NEURON_COMPETITION_R1_OUT_DIR, each scored by `trnf eval`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import pytest
 import yaml
 
 pytest.importorskip("ray.tune", reason="the sweep extra (ray[tune]) is not installed")
+
+from tests.kit.stub_kit import copy_kit, make_kit_cache  # noqa: E402 - after the skip, as the module needs Ray
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -176,3 +180,32 @@ def test_a_failing_trial_and_kill_9_then_resume(sample_home: Path, tmp_path: Pat
     assert summary["status"] == "completed" and summary["steps"] == 150 and summary["resumed_from"]
     assert "--resume" in (folder / "logs" / f"{long.name}.log").read_text()
     assert json.loads((folder / "sweep.json").read_text())["resumes"] == 1
+
+
+@pytest.mark.slow
+def test_kit_trials_run_at_once_each_into_its_own_run_directory(prepare_module: Any, tmp_path: Path) -> None:
+    team = copy_kit(tmp_path / "team")
+    spec = _write_spec(tmp_path / "kit.yaml", {
+        "name": "kit", "train_py": str(team / "train.py"),
+        "space": {"--num-steps": {"grid": [6, 7]}}, "concurrency": 2, "resources": {"cpu": 1},
+    })  # fmt: skip
+    env = {k: v for k, v in _env(tmp_path).items() if not k.startswith("NEURON_COMPETITION_R1_")}
+    env.update({
+        "TRNF_PREPARE": str(team / "prepare.py"), "OMP_NUM_THREADS": "1",
+        "NEURON_COMPETITION_R1_CACHE_DIR": str(make_kit_cache(tmp_path / "cache", prepare_module)),
+        # No in-process eval; the sweep's own `trnf eval` scores this many tokens.
+        "NEURON_COMPETITION_R1_EVAL_PUBLIC": "0", "NEURON_COMPETITION_R1_EVAL_TOKENS": "2048",
+    })  # fmt: skip
+    done = _trnf(["sweep", str(spec), "--out", str(tmp_path / "sw"), "--json"], tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)["trials"]
+    assert sorted(r["params"]["--num-steps"] for r in rows) == [6, 7]
+    for row in rows:
+        assert row["status"] == "completed" and row["val_bpb"] > 0 and row["steps"] == row["params"]["--num-steps"]
+        run_dir = Path(row["run_dir"])
+        summary = _summary(run_dir)
+        assert summary["final_checkpoint"] == str(run_dir / "out" / "final.pt") and summary["out_dir_ignored"] is False
+        [score] = [json.loads(line) for line in (run_dir / "scores.jsonl").read_text().splitlines()]
+        # Scored over the run's EVAL_TOKENS (a whole batch of them, at least), not the public 2,097,152.
+        assert score["val_bpb"] == row["val_bpb"] and 2048 <= score["num_tokens"] < 2_097_152
+    assert not (team / "out").exists()  # nothing written beside the script

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,23 +53,26 @@ _DTYPES: dict[str, tuple[int, Any, int | None]] = {
 SEARCH_DEPTH = 3
 
 
-def find_checkpoint(root: Path, *, since: float | None = None, exclude: Path | None = None) -> Path | None:
-    """The checkpoint a run wrote under ``root`` (a kit script's directory, a dry run's copy of it):
-    the kit's ``out/final.pt``, else the newest ``*.pt`` at most ``SEARCH_DEPTH`` levels deep,
-    outside hidden folders and ``exclude`` (trnf's own run directory when it lies under
-    ``root``). With ``since``, only files written at or after it (not a previous run's)."""
+def find_checkpoint(root: Path, *, since: float | None = None, exclude: Path | None = None,
+                    preferred: Path = KIT_CHECKPOINT, skip: Callable[[Path], bool] | None = None) -> Path | None:
+    """The checkpoint a run wrote under ``root`` (a kit script's directory, a dry run's copy of it,
+    a kit run's own output folder): ``preferred`` (the kit's ``out/final.pt``; ``final.pt`` in
+    an output folder), else the newest ``*.pt`` at most ``SEARCH_DEPTH`` levels deep, outside
+    hidden folders, ``exclude`` (trnf's own run directory when it lies under ``root``) and files
+    ``skip`` names. With ``since``, only files written at or after it (not a previous run's)."""
 
     def fresh(path: Path) -> bool:
         return path.is_file() and (since is None or path.stat().st_mtime >= since)
 
-    kit = root / KIT_CHECKPOINT
+    kit = root / preferred
     if fresh(kit):
         return kit
     found: list[Path] = []
     for depth in range(1, SEARCH_DEPTH + 1):
         for path in root.glob("/".join(["*"] * depth) + ".pt"):
             hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
-            if not hidden and (exclude is None or exclude not in path.parents) and fresh(path):
+            if (not hidden and (exclude is None or exclude not in path.parents) and (skip is None or not skip(path))
+                    and fresh(path)):
                 found.append(path)
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 

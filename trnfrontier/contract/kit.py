@@ -30,6 +30,8 @@ EVAL_TOKENS_ENV = f"{ENV_PREFIX}EVAL_TOKENS"
 COMPILE_ENV = f"{ENV_PREFIX}COMPILE"
 MAX_TRAIN_SECONDS_ENV = f"{ENV_PREFIX}MAX_TRAIN_SECONDS"
 OUT_DIR_ENV = f"{ENV_PREFIX}OUT_DIR"
+# The kit train.py's flag whose default OUT_DIR_ENV sets: its output folder (final.pt inside).
+OUT_DIR_FLAG = "--out-dir"
 # The kit's variables a sandboxed dry run receives from the caller's environment: its data
 # root, step log and train.py knobs. Any other variable of the prefix (a token, a key) stays
 # outside the sandbox.

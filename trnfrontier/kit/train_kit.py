@@ -3,14 +3,20 @@
 Where things happen (decided so that a kit run behaves exactly like the organisers' run):
 
 - The working directory is **train.py's own directory**: relative paths in the script
-  (``out/final.pt``, its kernel files) mean what they mean on the organisers' machine, so
-  the checkpoint lands where the script writes it (summary.json records where, and its
-  SHA256). Python puts that directory first on ``sys.path``, so a prepare.py there must be
-  the trusted one (checked before launch).
+  (its kernel files, data) mean what they mean on the organisers' machine. Python puts that
+  directory first on ``sys.path``, so a prepare.py there must be the trusted one (checked
+  before launch).
+- The checkpoint goes to a **folder of the run's own**: trnf sets the kit's
+  ``NEURON_COMPETITION_R1_OUT_DIR`` to ``<run dir>/out`` unless the user chose the folder
+  (``kit/out_dir.py``), so two runs of one script at once never share an ``out/final.pt``.
+  A script that ignores the variable writes ``out/final.pt`` beside itself as before; the
+  run finds it there and says the script ignores the knob. summary.json records where the
+  checkpoint is, and its SHA256.
 - Everything trnf writes goes to the **run directory** (``--out``, default
   ``runs/kit-<UTC time>``)::
 
       launch.txt                 the organisers' launch line (what a submission declares)
+      out/final.pt               the checkpoint (train.py's output folder, NEURON_COMPETITION_R1_OUT_DIR)
       launch.json                the argv executed, its cwd and the environment trnf set
       train.py                   the script as launched (its SHA256 is in summary.json)
       contract/prepare.py        the trusted prepare.py, first on PYTHONPATH
@@ -41,16 +47,16 @@ from typing import Any
 
 from trnfrontier.child_env import child_env
 from trnfrontier.contract.budget import account_log
-from trnfrontier.contract.checkpoint import CheckpointError, find_checkpoint, scan_final_pt
+from trnfrontier.contract.checkpoint import CheckpointError, scan_final_pt
 from trnfrontier.contract.kit import CHECKPOINT as KIT_CHECKPOINT
-from trnfrontier.contract.kit import ENV_PREFIX, LAUNCH_FILE
+from trnfrontier.contract.kit import ENV_PREFIX, LAUNCH_FILE, OUT_DIR_ENV
 from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
 from trnfrontier.contract.launch import LNC_CHOICES, NPROC_CHOICES, choices_text
 from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES, Phase
 from trnfrontier.contract.phases import phase as phase_rules
 from trnfrontier.errors import UsageError
 from trnfrontier.hints import trnf_line
-from trnfrontier.kit import launch, logs, preflight, summary
+from trnfrontier.kit import launch, logs, out_dir, preflight, summary
 from trnfrontier.runtime import budget_rule, exit_settle, speed_env
 from trnfrontier.runtime.atomic import atomic_write_json
 from trnfrontier.runtime.budget_rule import BUDGET_SECONDS
@@ -186,7 +192,7 @@ def _checkpoint_facts(path: Path | None) -> dict[str, Any]:
 
 
 def _environment_record(plan: launch.LaunchPlan) -> dict[str, str]:
-    keys = ("NEURON_LOGICAL_NC_CONFIG", "TRNF_STEP_LOG", KIT_STEP_LOG_ENV, "PYTHONPATH", "PYTHONUNBUFFERED", "TRNF_HOME", "TRNF_DATASET", "TRNF_PREPARE")
+    keys = ("NEURON_LOGICAL_NC_CONFIG", "TRNF_STEP_LOG", KIT_STEP_LOG_ENV, OUT_DIR_ENV, "PYTHONPATH", "PYTHONUNBUFFERED", "TRNF_HOME", "TRNF_DATASET", "TRNF_PREPARE")
     return {k: plan.env[k] for k in keys if k in plan.env}
 
 
@@ -199,12 +205,17 @@ class _Observed:
     printed: logs.PrintedRun
     accounting: dict[str, Any] | None
     how: str  # which accounting, or why there is none
-    checkpoint: Path | None
+    out: out_dir.OutDir  # where the script was told to write
+    found: out_dir.Found  # the checkpoint, and whether the script ignored that folder
     facts: dict[str, Any]
 
+    @property
+    def checkpoint(self) -> Path | None:
+        return self.found.checkpoint
 
-def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.LaunchPlan, list[str]]:
-    """Preflight, the run directory and the launch plan: (script, contract, run dir, plan, notes)."""
+
+def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.LaunchPlan, out_dir.OutDir, list[str]]:
+    """Preflight, the run directory and the launch plan: (script, contract, run dir, plan, output folder, notes)."""
     script = options.train_py.expanduser().resolve()
     tree = preflight.check_train_py(options.train_py.expanduser())
     notes = phase_notes(script, options.nproc, options.lnc, phase_rules(options.phase))
@@ -225,6 +236,8 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     env[KIT_STEP_LOG_ENV] = str(run_dir / STEP_LOG_FILE)  # the organisers' prepare.py reads this one
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(run_dir / "contract"), str(run_dir / "site"), env.get("PYTHONPATH", "")) if p)
+    out = out_dir.choose(env, options.args, run_dir, script.parent)
+    env.update(out.env())
     plan = launch.torchrun_plan(
         python=sys.executable, script=script, nproc=options.nproc, lnc=options.lnc, args=options.args,
         cwd=script.parent, env=env, log_dir=run_dir / "logs" / "torchrun",
@@ -233,12 +246,13 @@ def _start(options: KitOptions) -> tuple[Path, TrustedContract, Path, launch.Lau
     atomic_write_json(run_dir / "launch.json", {
         "organisers": plan.organisers, "argv": plan.argv, "cwd": str(plan.cwd),
         "env": _environment_record(plan), "timeout_seconds": options.timeout,
+        "out_dir": str(out.path), "out_dir_chosen_by": out.chosen_by,
     })
-    return script, contract, run_dir, plan, notes
+    return script, contract, run_dir, plan, out, notes
 
 
 def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Path, contract: TrustedContract, began: float,
-             phase: Phase) -> _Observed:
+             phase: Phase, out: out_dir.OutDir) -> _Observed:
     """Per-rank logs, rank 0's step lines, the budget accounting (``phase``'s), metrics.jsonl, the checkpoint."""
     rank_logs = logs.collect_rank_logs(plan.log_dir, run_dir / "logs")
     rank0 = rank_logs.get(0)
@@ -248,14 +262,22 @@ def _observe(outcome: launch.LaunchOutcome, plan: launch.LaunchPlan, run_dir: Pa
     accounting, how = account_log(step_log, contract.module, phase, launch=began)
     charged = summary.charged_by_step(step_log, accounting) if accounting else {}
     summary.write_metrics(run_dir / METRICS_FILE, printed, charged)
-    checkpoint = find_checkpoint(plan.cwd, since=began - 1.0, exclude=run_dir)
-    return _Observed(outcome, rank_logs, printed, accounting, how, checkpoint, _checkpoint_facts(checkpoint))
+    found = out_dir.find(out, plan.cwd, run_dir, since=began - 1.0)
+    return _Observed(outcome, rank_logs, printed, accounting, how, out, found, _checkpoint_facts(found.checkpoint))
 
 
 _ABORTED_AT_EXIT = (
     "rank {rank} aborted while Python shut down, after train.py had finished (torchrun exit {code}): "
     f"'{logs.ABORT_WITHOUT_EXCEPTION}', torch's gloo backend freeing a collective's "
     "tensors too late; the checkpoint and the printed results are complete (log: {log})"
+)
+
+
+# A script that writes beside itself whatever NEURON_COMPETITION_R1_OUT_DIR says: fine alone,
+# a collision when two runs of it go at once (`trnf sweep` fails such trials at concurrency > 1).
+IGNORES_OUT_DIR = (
+    f"train.py ignores {OUT_DIR_ENV} (set to {{out}}) and wrote {{checkpoint}} beside itself: two runs of it at "
+    f"once would write, and take, each other's checkpoint (read its --out-dir default from {OUT_DIR_ENV}, as the kit's does)"
 )
 
 
@@ -294,7 +316,10 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
     if accounting and accounting["over_budget"]:
         run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', BUDGET_SECONDS)):g} s")
     if seen.checkpoint is None and status == COMPLETED:
-        run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for {KIT_CHECKPOINT} and *.pt under {options.train_py.parent})")
+        run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for *.pt under {seen.out.path}, "
+                            f"and for {KIT_CHECKPOINT} and *.pt under {options.train_py.parent})")
+    if seen.found.ignored:
+        run.notes.append(IGNORES_OUT_DIR.format(checkpoint=seen.checkpoint, out=seen.out.path))
     return status, failed_rank
 
 
@@ -330,6 +355,7 @@ def _document(run: KitRun, seen: _Observed, status: str, failed_rank: int | None
         "prepare_sha256": contract.sha256,
         "tokenizer_sha256": recorded_tokenizer_sha256(contract),
         "final_checkpoint": str(checkpoint) if checkpoint else None,
+        **seen.out.record(seen.found),  # out_dir, out_dir_chosen_by, out_dir_ignored
         "checkpoint_sha256": sha256_file(checkpoint) if checkpoint else None,
         "train_py": str(script),
         "train_py_sha256": sha256_file(script),
@@ -368,7 +394,7 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     non-zero ``exit_code``; Ctrl-C stops every process, writes the summary and raises
     KitInterrupted.
     """
-    script, contract, run_dir, plan, notes = _start(options)
+    script, contract, run_dir, plan, out, notes = _start(options)
     # Before launch: the compile cache as this run finds it. The script picks its device;
     # with torch-neuronx installed it is the Neuron cache the compiler will use.
     neuron = speed_env.package_version("torch-neuronx") is not None
@@ -383,7 +409,7 @@ def train_kit(options: KitOptions, *, on_line: Callable[[str], None] | None = No
     record.start_run(run_dir, script.name, str(script), script, list(options.args), None, _warn)
     began = time.time()
     outcome = launch.run(plan, timeout=options.timeout, console_log=run_dir / "logs" / "console.log", on_line=on_line)
-    seen = _observe(outcome, plan, run_dir, contract, began, phase_rules(options.phase))
+    seen = _observe(outcome, plan, run_dir, contract, began, phase_rules(options.phase), out)
     run = KitRun(run_dir=run_dir, summary={}, notes=notes)
     status, failed_rank = _judge(run, seen, options)
     run.summary = _document(run, seen, status, failed_rank, script=script, contract=contract, plan=plan, options=options)

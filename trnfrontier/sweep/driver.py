@@ -9,13 +9,16 @@ checkpoints.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from trnfrontier.contract.kit import OUT_DIR_ENV
 from trnfrontier.errors import TrnfError
 from trnfrontier.runtime import runlock
 from trnfrontier.sweep import engine, report
@@ -58,9 +61,23 @@ def _portable(spec: SweepSpec) -> dict[str, Any]:
     return document
 
 
+def check_environment(spec: SweepSpec, environ: Mapping[str, str] | None = None) -> None:
+    """A kit sweep's trials each write into their own run directory, through the kit's
+    NEURON_COMPETITION_R1_OUT_DIR, unless the user set it: then trials running at once
+    would share that one folder."""
+    source = os.environ if environ is None else environ
+    if spec.train_py is not None and spec.concurrency > 1 and source.get(OUT_DIR_ENV):
+        raise TrnfError(
+            f"{OUT_DIR_ENV} is set ({source[OUT_DIR_ENV]}): every trial of this sweep, {spec.concurrency} at once, would "
+            f"write its checkpoint there; unset it (trnf gives each trial its own folder) or set concurrency: 1",
+            exit_code=2,
+        )
+
+
 def start(spec_path: Path, out: Path | None, address: str | None, say: engine.Say) -> Outcome:
     """Validate the spec, make the sweep's folder, run every trial."""
     spec = read_spec(spec_path)
+    check_environment(spec)
     engine.import_tune()  # a missing Ray is said before any folder is made
     folder = new_folder(spec, out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,6 +93,7 @@ def resume(folder: Path, address: str | None, say: engine.Say) -> Outcome:
     """Continue the sweep in ``folder`` with the spec it started with."""
     sweep = st.load_state(folder)
     spec = read_spec(folder / st.SPEC_FILE)
+    check_environment(spec)
     engine.import_tune()
     sweep.resumes += 1
     sweep.finished = None

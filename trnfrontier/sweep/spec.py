@@ -32,6 +32,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trnfrontier.contract.kit import OUT_DIR_FLAG
 from trnfrontier.errors import TrnfError
 
 # Metrics a trial's summary.json (or its scores) holds, and the direction that is better.
@@ -132,10 +133,14 @@ class SweepSpec(_Strict):
             bad = [key for key in self.space if not key.startswith("-")]
             if bad:
                 raise ValueError(f"space.{bad[0]}: a train_py sweep varies the script's flags (--name)")
-            if self.concurrency > 1:
-                # trnf finds a kit run's checkpoint where the script writes it, beside the
-                # script (out/final.pt): two trials at once would take each other's.
-                raise ValueError("concurrency: a train_py's trials run one at a time (each writes out/final.pt beside the script)")
+            chosen = [word for word in [*self.args, *self.space] if word.split("=", 1)[0] == OUT_DIR_FLAG]
+            if chosen and self.concurrency > 1:
+                # Each trial writes its checkpoint into its own run directory, through the
+                # kit's NEURON_COMPETITION_R1_OUT_DIR (kit/out_dir.py); a fixed --out-dir
+                # would send every trial to one folder.
+                where = "args" if chosen[0] in self.args else f"space.{chosen[0]}"
+                raise ValueError(f"{where}: {OUT_DIR_FLAG} would send trials running at once into one folder; drop it "
+                                 "(trnf gives each trial its own) or set concurrency: 1")
         elif self.args:
             raise ValueError("args are a train_py's flags; a recipe sweep takes overrides")
         kinds = {key: dim.kind for key, dim in self.space.items()}

@@ -4,12 +4,19 @@ its own, into its own run directory under the sweep's folder.
 Nothing here trusts the training process's word. What the trial reports to Ray Tune is
 read from its run directory: the training loss from ``metrics.jsonl`` as the run writes
 it (at fixed fractions of the run's budget, for ASHA), the metric from ``summary.json``
-(or, for a kit script, the trusted score ``trnf eval`` appended to ``scores.jsonl``).
+(or, for a kit script, the trusted score ``trnf eval`` appended to ``scores.jsonl``, over
+the tokens ``NEURON_COMPETITION_R1_EVAL_TOKENS`` gave the run, else the public 2,097,152).
 
 A trial is idempotent on its run directory, which is what makes ``trnf sweep --resume``
-honest: a completed run is reported again without training, an interrupted one continues
-with ``trnf train --resume`` from its latest checkpoint, one that stopped before any
-checkpoint starts again.
+honest: a completed run is reported again without training (scored first if it was not
+yet), an interrupted one continues with ``trnf train --resume`` from its latest
+checkpoint, one that stopped before any checkpoint starts again. A kit script owns its
+checkpoints, so an interrupted kit trial starts again from scratch.
+
+Each kit trial's checkpoint lands in its own run directory (``<run dir>/out``, through
+the kit's ``NEURON_COMPETITION_R1_OUT_DIR``: ``kit/out_dir.py``), so kit trials run at
+once as recipe trials do; a script that ignores that variable fails its trials when
+they run at once (``shared_checkpoint``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trnfrontier import processes
+from trnfrontier.contract.kit import EVAL_TOKENS_ENV, OUT_DIR_ENV
 from trnfrontier.ledger.provenance import SWEEP_ENV, append_line, read_json
 from trnfrontier.runtime import runlock
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
@@ -168,7 +176,8 @@ class Reporter:
 def plan_words(job: Job, params: dict[str, Any], run_dir: Path) -> list[str] | None:
     """The `trnf train` words for this trial now: None when its run already completed,
     ``--resume`` from a checkpoint, else a fresh start (clearing a run that left nothing
-    worth keeping: no checkpoint, so nothing is lost)."""
+    worth keeping: no checkpoint, so nothing is lost; or a kit run, whose script owns its
+    checkpoints and cannot be resumed by trnf)."""
     summary = read_summary(run_dir) or {}
     if summary.get("status") == COMPLETED:
         return None
@@ -192,23 +201,48 @@ def run_trial(job: Job, config: dict[str, Any]) -> None:
     reports = job.spec.early_stop.reports if job.spec.early_stop else 1
     reporter = Reporter(run_dir, reports, tune.report)
     words = plan_words(job, params, run_dir)
+    trial = {"id": job.sweep_id, "trial": trial_id, "params": params}
+    env = {**os.environ, **job.env, SWEEP_ENV: json.dumps(trial, sort_keys=True)}
     if words is not None:
-        trial = {"id": job.sweep_id, "trial": trial_id, "params": params}
-        env = {**os.environ, **job.env, SWEEP_ENV: json.dumps(trial, sort_keys=True)}
-        returncode = _train(trnf_command(words), env, job.cwd, log, reporter)
-        if job.spec.train_py is not None and returncode == 0:
-            _score_kit_run(job, run_dir, env, log)
-        elif job.spec.metric == "core" and returncode == 0:
-            # CORE is not part of training: `trnf eval --core` scores the final model and
-            # records the score in the run's own scores.jsonl.
-            _run_logged(trnf_command(["eval", str(run_dir), "--core", *job.spec.core_args]), job.cwd, env, log)
+        _train(trnf_command(words), env, job.cwd, log, reporter)
     summary = read_summary(run_dir) or {}
-    if summary.get("status") != COMPLETED:
+    # A kit run may complete with problems (over budget, no checkpoint): `trnf train` failed it.
+    if summary.get("status") != COMPLETED or summary.get("problems"):
         raise TrialFailed(error_line(run_dir, log))
+    shared = shared_checkpoint(job.spec, summary)
+    if shared is not None:
+        raise TrialFailed(shared)
+    if metric_value(run_dir, job.spec.metric) is None:
+        # Measured after training, also for a run that completed before the sweep was
+        # stopped but was not scored yet (`trnf sweep --resume`).
+        _measure(job, run_dir, env, log)
     value = metric_value(run_dir, job.spec.metric)
     if value is None:  # trained, but the metric was not measured (a failed CORE evaluation, say)
         raise TrialFailed(f"the run completed without a {job.spec.metric}: {error_line(run_dir, log)}")
     reporter.finish(**{job.spec.metric: value, "steps": summary.get("steps")})
+
+
+def shared_checkpoint(spec: SweepSpec, summary: dict[str, Any]) -> str | None:
+    """Why a completed kit trial's checkpoint cannot be trusted as its own, or None.
+
+    Found after the run, from what the run recorded (kit/out_dir.py: the script wrote beside
+    itself instead of into the folder NEURON_COMPETITION_R1_OUT_DIR named), rather than by
+    reading the script before: a script takes that variable in ways no static check sees
+    (the kit's own builds the name from a prefix), and a wrong guess would refuse a script
+    that honours it. The cost is one round of trials before the sweep's table says why."""
+    if spec.train_py is None or spec.concurrency == 1 or not summary.get("out_dir_ignored"):
+        return None
+    return (f"train.py ignores {OUT_DIR_ENV} and wrote {summary.get('final_checkpoint')} beside itself, where trials "
+            f"running at once write, and take, each other's checkpoint; a sweep of this script needs concurrency: 1")
+
+
+def _measure(job: Job, run_dir: Path, env: dict[str, str], log: Path) -> None:
+    """The metric a completed run's summary lacks, into its scores.jsonl: a kit run's score
+    (`trnf eval --train-py`), or CORE (`trnf eval --core`: not part of training)."""
+    if job.spec.train_py is not None:
+        _score_kit_run(job, run_dir, env, log)
+    elif job.spec.metric == "core":
+        _run_logged(trnf_command(["eval", str(run_dir), "--core", *job.spec.core_args]), job.cwd, env, log)
 
 
 def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: Reporter) -> int:
@@ -245,7 +279,11 @@ def _score_kit_run(job: Job, run_dir: Path, env: dict[str, str], log: Path) -> N
     if not checkpoint:
         return
     core = ["--core", *job.spec.core_args] if job.spec.metric == "core" else []
-    cmd = trnf_command(["eval", "--train-py", str(job.spec.train_py), "--checkpoint", str(checkpoint), *core, "--json"])
+    # As many tokens as the run's own in-process eval was told to score (the kit's knob, as
+    # `trnf package` reads it), else trnf eval's default: the public 2,097,152.
+    tokens = (summary.get("kit_env") or {}).get(EVAL_TOKENS_ENV)
+    size = ["--tokens", str(tokens)] if tokens else []
+    cmd = trnf_command(["eval", "--train-py", str(job.spec.train_py), "--checkpoint", str(checkpoint), *size, *core, "--json"])
     try:
         results = json.loads(_run_logged(cmd, job.cwd, env, log)).get("results", [])
     except ValueError:
