@@ -177,6 +177,9 @@ def test_init_output_through_the_readme_kit_flow_as_written(
     printed = summary["kit_summary"]["public_val_bpb"]
     assert isinstance(printed, float) and summary["reported_val_bpb"] == printed
     assert summary["kit_summary"]["num_steps"] == 3 and summary["step_log_start"]["source"] == "the log's header line"
+    # The generated train.py honours the kit's out-dir knob: the checkpoint is the run's own.
+    assert summary["out_dir_ignored"] is False and not (team / "out").exists()
+    assert summary["final_checkpoint"] == str(team / "runs" / "r1" / "out" / "final.pt")
     assert f"{printed:.4f} (untrusted)" in run.stdout  # the table's "val_bpb printed by train.py"
     package = trnf("package", "--train-py", "train.py", "--run-dir", "runs/r1", "-o", "submission.tar", "--json")
     assert package.returncode == 0, package.stderr[-3000:]

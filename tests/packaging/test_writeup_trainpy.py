@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
+import pytest
+
+from trnfrontier.contract.kit import OUT_DIR_ENV
 from trnfrontier.packaging.trainpy import render_train_py
 from trnfrontier.packaging.writeup import recipe_differences, render_writeup
 from trnfrontier.recipes.loading import load_recipe
@@ -48,3 +52,24 @@ def test_generated_train_py_shrinks_a_dry_run_and_honours_the_device(tmp_path: P
     assert dry["runtime"]["device"] == "cpu" and dry["runtime"]["dtype"] == "float32"
     assert dry["data"]["batch_size"] == 2 and dry["data"]["total_batch_tokens"] == 2 * 1024 * 4 * 2
     assert recipe["data"]["batch_size"] == 32  # the embedded recipe is untouched
+
+
+def test_generated_train_py_publishes_where_the_kit_knob_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NEURON_COMPETITION_R1_OUT_DIR moves out/ (final.pt and the run), as for the kit's train.py;
+    unset or empty, it is out/ beside the working directory."""
+    path = tmp_path / "train.py"
+    path.write_text(render_train_py(load_recipe("cpu_smoke").model_dump(mode="json"), "single"))
+
+    def out_dirs(value: str | None) -> tuple[Path, Path]:
+        if value is None:
+            monkeypatch.delenv(OUT_DIR_ENV, raising=False)
+        else:
+            monkeypatch.setenv(OUT_DIR_ENV, value)
+        spec = importlib.util.spec_from_file_location(f"generated_{len(str(value))}", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        monkeypatch.setitem(sys.modules, spec.name, module)  # type: ignore[union-attr]  # its dataclasses look it up
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module.OUT_DIR, module.RUN_DIR
+
+    assert out_dirs(str(tmp_path / "mine")) == (tmp_path / "mine", tmp_path / "mine" / "run")
+    assert out_dirs(None) == (Path("out"), Path("out") / "run") == out_dirs("")

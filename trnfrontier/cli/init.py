@@ -29,7 +29,7 @@ Run it: `python train.py`, or with the organisers' launch command:
     {launch}
 
 It writes `out/final.pt` (+ `model.safetensors`, `meta.json`, `manifest.json`) and the run
-in `out/run/`, and ends, as the kit's train.py does, with a line `---` and `key: value` lines
+in `out/run/` (`NEURON_COMPETITION_R1_OUT_DIR` names another folder, as for the kit's train.py), and ends, as the kit's train.py does, with a line `---` and `key: value` lines
 (`public_val_bpb`, `num_steps`, `training_seconds`, ...), which `trnf train --train-py` and
 `trnf package --run-dir` read.
 Then: `trnf package --train-py train.py --checkpoint out/final.pt --launch "{launch}"`

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trnfrontier import __version__
+from trnfrontier.contract.kit import OUT_DIR_ENV
 from trnfrontier.errors import TrnfError
 from trnfrontier.kit.harness import DRY_RUN_STEPS_ENV
 from trnfrontier.packaging.flatten import flatten, module_closure
@@ -57,7 +58,8 @@ _RESERVED = {
 _BODY = '''
 RECIPE: dict = {recipe}
 
-OUT_DIR = Path("{out_dir}")
+# The kit's knob, as the organisers' train.py reads it: each launcher's own output folder.
+OUT_DIR = Path(os.environ.get("{out_env}") or "{out_dir}")
 RUN_DIR = OUT_DIR / "run"
 DRY_RUN_STEPS_ENV = "{steps_env}"
 DEVICE_ENV = "{device_env}"
@@ -155,6 +157,7 @@ def _body(recipe: dict[str, Any], *, load_for_eval: str) -> str:
     return _BODY.format(
         recipe=pprint.pformat(recipe, indent=1, width=100, sort_dicts=True),
         out_dir=OUT_DIR,
+        out_env=OUT_DIR_ENV,
         steps_env=DRY_RUN_STEPS_ENV,
         device_env=DEVICE_ENV,
         load_for_eval=load_for_eval,
@@ -173,6 +176,7 @@ def _docstring(recipe: dict[str, Any], mode: Mode, purpose: str) -> str:
         f"e.g. `torchrun --standalone --nproc_per_node=N train.py`, with the trusted prepare.py beside it.\n"
         f"{shape}\n"
         f"Writes the run to {OUT_DIR}/run/ and the checkpoint to {OUT_DIR}/final.pt (+ model.safetensors, meta.json, manifest.json);\n"
+        f"{OUT_DIR_ENV} names another folder for both, as it does for the kit's train.py.\n"
         "load_for_eval(checkpoint_path, device) loads it back for the scorer.\n"
         f"{DRY_RUN_STEPS_ENV}=N stops after N steps (a dry run); {DEVICE_ENV}=cpu trains on the CPU;\n"
         f"TRNF_STEP_LOG moves the step-boundary log (default {OUT_DIR}/run/step_boundaries.jsonl).\n"
