@@ -43,7 +43,14 @@ from typing import Any
 
 from trnfrontier.child_env import child_env
 from trnfrontier.contract.allowed_imports import OPTIONAL_DISTRIBUTIONS, ORGANISER_DISTRIBUTIONS
-from trnfrontier.contract.kit import COMPILE_ENV, ENV_PREFIX, EVAL_PUBLIC_ENV, KNOBS, NUM_STEPS_ENV
+from trnfrontier.contract.kit import (
+    COMPILE_ENV,
+    ENV_PREFIX,
+    EVAL_PUBLIC_ENV,
+    KNOBS,
+    NUM_STEPS_ENV,
+    OUT_DIR_ENV,
+)
 from trnfrontier.contract.kit import STEP_LOG_ENV as KIT_STEP_LOG_ENV
 from trnfrontier.contract.phases import DEFAULT_PHASE, Phase
 from trnfrontier.contract.steplog import Boundary, StepLogError, read_step_log
@@ -72,9 +79,11 @@ def kit_dry_run_env(steps: int, step_log: Path, parent: dict[str, str] | None = 
     The team's own settings are forwarded; the kit's train.py is stopped with its own knob
     (NUM_STEPS), its in-process public eval and torch.compile(backend="neuron") are off
     unless the team set them (a CPU dry run cannot compile for Neuron, and 2M eval tokens
-    would take longer than the run), and the step log goes where trnf reads it."""
+    would take longer than the run), and the step log goes where trnf reads it. The team's
+    output folder is not forwarded: the dry run's checkpoint goes to the script's default
+    (``out/`` in the dry run's own folder), never into a folder of the team's outside it."""
     source = os.environ if parent is None else parent
-    env = {k: v for k, v in source.items() if k in KNOBS}
+    env = {k: v for k, v in source.items() if k in KNOBS and k != OUT_DIR_ENV}
     env[NUM_STEPS_ENV] = str(steps)
     env.setdefault(EVAL_PUBLIC_ENV, "0")
     env.setdefault(COMPILE_ENV, "0")
