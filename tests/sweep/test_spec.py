@@ -99,6 +99,8 @@ def test_kit_trials_pass_the_swept_values_as_the_scripts_flags(tmp_path: Path) -
     assert words == ["--train-py", str(script), "--nproc", "2", "--out", "runs/k/t0", "--", "--no-compile", "--matrix-lr", "0.02"]
     with pytest.raises(ValueError, match="seeds: a kit train.py"):
         SweepSpec.model_validate({"name": "k", "train_py": str(script), "seeds": [1, 2], "space": {}})
+    with pytest.raises(ValueError, match="early_stop: a kit train.py reports no training loss"):
+        SweepSpec.model_validate({"name": "k", "train_py": str(script), "space": {}, "early_stop": {"grace_period": 0.25}})
 
 
 def test_kit_trials_run_at_once_each_into_its_own_folder(tmp_path: Path) -> None:

@@ -130,6 +130,10 @@ class SweepSpec(_Strict):
                 raise ValueError("overrides are recipe keys; a train_py sweep takes its fixed flags in args")
             if self.seeds is not None:
                 raise ValueError("seeds: a kit train.py has no seed trnf can set; sweep its seed flag in space")
+            if self.early_stop is not None:
+                # ASHA judges the training loss a trial reports at fractions of its budget; a kit
+                # run reports none (its budget and losses are the script's own), so it would judge noise.
+                raise ValueError("early_stop: a kit train.py reports no training loss to stop on; drop early_stop")
             bad = [key for key in self.space if not key.startswith("-")]
             if bad:
                 raise ValueError(f"space.{bad[0]}: a train_py sweep varies the script's flags (--name)")
