@@ -64,7 +64,9 @@ SCORED.update({
                                       forward=(_RETURN, "    model.qkv.weight.data.copy_(torch.frombuffer(bytearray(base64.b64decode(_QKV)), "
                                                         "dtype=torch.float32).reshape(48, 16))\n" + _RETURN),
                                       says="checkpoint: parameter"),
-    "swaps-weights-from-a-thread": _runs(module="import threading, time\n_M = []\n\n\ndef _swap():\n    time.sleep(0.5)\n"
+    # The swap must land before the probe's tensor check at the end of its many forwards; a sleep
+    # here made the case a race the probe could win on a quick machine.
+    "swaps-weights-from-a-thread": _runs(module="import threading\n_M = []\n\n\ndef _swap():\n"
                                                 "    for p in _M[0].parameters():\n        p.data.mul_(1.5)",
                                          forward=(_RETURN, "    _M.append(model)\n    threading.Thread(target=_swap, daemon=True).start()\n" + _RETURN),
                                          says="checkpoint: parameter"),
