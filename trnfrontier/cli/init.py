@@ -90,22 +90,7 @@ def command(
         targets[directory / "inference.py"] = inference_py_source()
         readme += _INFERENCE_README
     targets[directory / "README.md"] = readme
-    existing = [str(path) for path in targets if path.exists()]
-    if existing and not force:
-        raise UsageError(f"{', '.join(existing)} already exist(s); pass --force to overwrite")
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{directory}: exists and is not a directory")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        for path, text in targets.items():
-            tmp = path.with_name(f".tmp-{path.name}")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
-        for copy, original in trusted.items():
-            copy.parent.mkdir(exist_ok=True)
-            shutil.copyfile(original, copy)
-    except OSError as exc:
-        raise TrnfError(f"{directory}: cannot write train.py there ({exc.strerror or exc}); choose a writable directory") from None
+    _write_files(directory, targets, force, copies=trusted)
     others = " and ".join(str(path) for path in targets if path.name != "train.py")
     out().print(f"wrote {directory / 'train.py'} ({len(source.encode()):,} bytes, recipe {resolved['name']}) and {others}")
     if trusted:
@@ -114,6 +99,29 @@ def command(
         out().print(f"kept the prepare.py already in {directory}")
     out().print(f"then: cd {directory} && python train.py")
     return 0
+
+
+def _write_files(directory: Path, targets: dict[Path, str], force: bool, copies: dict[Path, Path] | None = None) -> None:
+    """Write ``targets`` into ``directory`` (each through a temporary name, never half-written) and
+    copy ``copies`` (copy -> original) there; an existing target is refused without ``force``."""
+    existing = [str(path) for path in targets if path.exists()]
+    if existing and not force:
+        verb = "already exists" if len(existing) == 1 else "already exist"
+        raise UsageError(f"{', '.join(existing)} {verb}; pass --force to overwrite")
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory}: exists and is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in targets.items():
+            tmp = path.with_name(f".tmp-{path.name}")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        for copy, original in (copies or {}).items():
+            copy.parent.mkdir(exist_ok=True)
+            shutil.copyfile(original, copy)
+    except OSError as exc:
+        first = next(iter(targets)).name
+        raise TrnfError(f"{directory}: cannot write {first} there ({exc.strerror or exc}); choose a writable directory") from None
 
 
 def _write_inference_only(directory: Path, recipe: str | None, phase: int | None, overrides: list[str] | None, force: bool) -> int:
@@ -125,18 +133,8 @@ def _write_inference_only(directory: Path, recipe: str | None, phase: int | None
         raise UsageError("--inference-only writes no train.py, so it takes no --recipe or overrides")
     if phase == 1:
         raise UsageError("--inference-only: Phase 1 submissions carry no inference.py (it is Phase 2's)")
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{directory}: exists and is not a directory")
     target = directory / INFERENCE_PY
-    if target.exists() and not force:
-        raise UsageError(f"{target} already exists; pass --force to overwrite")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".tmp-{target.name}")
-        tmp.write_text(inference_py_source(), encoding="utf-8")
-        tmp.replace(target)
-    except OSError as exc:
-        raise TrnfError(f"{directory}: cannot write {INFERENCE_PY} there ({exc.strerror or exc}); choose a writable directory") from None
+    _write_files(directory, {target: inference_py_source()}, force)
     out().print(f"wrote {target}: it loads the model with load_for_eval from the train.py beside it")
     if not (directory / "train.py").is_file():
         out().print(f"note: {directory / 'train.py'} does not exist yet; inference.py imports it")
