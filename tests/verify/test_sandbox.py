@@ -23,7 +23,8 @@ def _run(code: str, scratch: Path, *, env: dict[str, str] | None = None, timeout
     scratch.mkdir(exist_ok=True)
     jail = sandbox.Jail(scratch=scratch, env=env or {})
     # -S: no site-packages needed for these probes, so each costs a bare interpreter start.
-    return sandbox.run([sys.executable, "-I", "-S", "-c", code], jail, timeout=timeout, sandboxed=True, limits=limits)
+    done = sandbox.run_confined([sys.executable, "-I", "-S", "-c", code], jail, timeout=timeout, sandboxed=True, limits=limits)
+    return done.code, done.output
 
 
 @needs_bwrap

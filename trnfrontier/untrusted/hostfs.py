@@ -19,6 +19,7 @@ without permissions. Every host-side access to such a tree goes through this mod
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -76,7 +77,7 @@ def read_capped(root: Path, rel: str, cap: int) -> bytes:
         except FileNotFoundError:
             raise
         except OSError as exc:  # ELOOP: the last component is a symlink
-            kind = "a symbolic link" if exc.errno == 40 else os.strerror(exc.errno or 0)
+            kind = "a symbolic link" if exc.errno == errno.ELOOP else os.strerror(exc.errno or 0)
             raise UnsafeFile(f"{rel} is {kind}; verify reads only regular files the run wrote") from None
     finally:
         os.close(dir_fd)

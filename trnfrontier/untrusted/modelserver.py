@@ -321,14 +321,24 @@ class _Inference:
             return self.module.next_token_logprobs(self.model, whole)[:, p:]
 
 
+def _inspect_loaded(loaded) -> dict:
+    """``_inspect`` of what was loaded: load_for_eval's module, or the model inference.py's
+    load_model returned (which need not be an nn.Module: then only what train.py tried)."""
+    import torch
+
+    model = loaded.model if isinstance(loaded, _Inference) else loaded
+    if isinstance(model, torch.nn.Module):
+        return _inspect(model)
+    return {"hooks": [], "training": [], "attempts": list(_ATTEMPTS), "filled": _filled()}
+
+
 def _serve_inference(served: _Inference, fd_in: int, fd_out: int) -> None:
     import torch
 
     while True:
         header, payload = _receive(fd_in)
         if header.get("op") == "inspect":
-            model = served.model
-            _send(fd_out, _inspect(model) if isinstance(model, torch.nn.Module) else {"hooks": [], "training": [], "attempts": list(_ATTEMPTS)})
+            _send(fd_out, _inspect_loaded(served))
             continue
         if header.get("op") not in ("logprobs", "logprobs_after"):
             return
@@ -380,10 +390,7 @@ def main() -> int:
 
         torch.manual_seed(0)
         model, changed = _load(args)
-        inspected = _inspect(model) if isinstance(model, torch.nn.Module) else {}
-        if isinstance(model, _Inference) and isinstance(model.model, torch.nn.Module):
-            inspected = _inspect(model.model)
-        _send(args.fd_out, {"ready": True, "prepare_changed": changed, **inspected})
+        _send(args.fd_out, {"ready": True, "prepare_changed": changed, **_inspect_loaded(model)})
     except BaseException as exc:  # report the failure as data; verify turns it into a check
         _send(args.fd_out, {"error": traceback.format_exception_only(type(exc), exc)[-1].strip()[:400]})
         return 1

@@ -419,13 +419,6 @@ def run_confined(argv: list[str], jail: Jail, *, timeout: float, sandboxed: bool
     return Finished(code, tail.text(), breach)
 
 
-def run(argv: list[str], jail: Jail, *, timeout: float, sandboxed: bool, limits: Limits | None = None,
-        tail_bytes: int = 4000) -> tuple[int | None, str]:
-    """``run_confined`` as (exit code or None on timeout, output tail)."""
-    done = run_confined(argv, jail, timeout=timeout, sandboxed=sandboxed, limits=limits, tail_bytes=tail_bytes)
-    return done.code, done.output
-
-
 def limits_line(limits: Limits | None = None) -> str:
     """What bounds a sandboxed run on this machine, in one line for the report."""
     limits = limits or Limits(wall_seconds=0)

@@ -351,15 +351,13 @@ def _jail(root: Path, checkpoint: Path, prepare: Path | None, sandboxed: bool, s
           read_only: tuple[Path, ...]) -> tuple[sandbox.Jail, dict[str, str]]:
     """The server's jail and the paths its command line names (inside the sandbox when sandboxed)."""
     env = {"OMP_NUM_THREADS": server_threads(), "LANG": "C.UTF-8"}
-    rel = checkpoint.relative_to(root)
+    paths = {"train": _inside(root, root / "train.py", sandboxed), "checkpoint": _inside(root, checkpoint, sandboxed),
+             "server": INSIDE_SERVER if sandboxed else str(SERVER), "prepare": INSIDE_PREPARE if sandboxed else str(prepare)}
     if not sandboxed:
         if scratch is None:
             raise ServerError("an unsandboxed server needs a scratch directory")
-        paths = {"server": str(SERVER), "train": str(root / "train.py"), "checkpoint": str(checkpoint), "prepare": str(prepare)}
         return sandbox.Jail(scratch=scratch, env=env, cwd=root), paths
     placed = [(root, INSIDE_ROOT), (SERVER, INSIDE_SERVER)] + ([(prepare, INSIDE_PREPARE)] if prepare is not None else [])
-    paths = {"server": INSIDE_SERVER, "train": f"{INSIDE_ROOT}/train.py", "checkpoint": f"{INSIDE_ROOT}/{rel.as_posix()}",
-             "prepare": INSIDE_PREPARE}
     return sandbox.Jail(scratch=None, env=env, read_only=read_only, placed=tuple(placed), cwd=INSIDE_ROOT), paths
 
 

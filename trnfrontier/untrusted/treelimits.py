@@ -14,7 +14,7 @@ sandbox's processes are root's when verify runs as root, as in many CI container
   a few times a second and kills the tree past either limit (a burst between two looks can
   go over for a moment: the per-process rlimits still hold then).
 
-``TreeGuard.how`` is the line the report quotes; ``breach()`` names the limit that ended a run.
+``tree_limits_how`` is the line the report quotes; ``TreeGuard.breach()`` names the limit that ended a run.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def _try_v2(limits: TreeLimits, name: str) -> tuple[list[Path], str] | None:
         return None
     try:
         (group / "memory.max").write_text(str(limits.memory_bytes))
-        (group / "memory.swap.max").write_text("0") if (group / "memory.swap.max").exists() else None
+        if (group / "memory.swap.max").exists():
+            (group / "memory.swap.max").write_text("0")
         (group / "pids.max").write_text(str(limits.tasks))
     except OSError:
         with contextlib.suppress(OSError):
@@ -129,12 +131,6 @@ class TreeGuard:
             return cls(limits)
         return cls(limits, made[0], made[1])
 
-    @property
-    def how(self) -> str:
-        if self.groups:
-            return f"{self.kind}: {self.limits.describe()} for the whole process tree"
-        return f"watchdog (no cgroup verify may create here): {self.limits.describe()} for the whole process tree, checked every {_POLL_SECONDS:g} s"
-
     def prefix(self) -> list[str]:
         """What to run before bwrap: join the cgroup(s), then exec the rest of the command line."""
         if not self.groups:
@@ -142,14 +138,14 @@ class TreeGuard:
         script = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"'
         return ["/bin/sh", "-c", script, "sh", *[str(g / "cgroup.procs") for g in self.groups], "--"]
 
-    def watch(self, pid: int, kill: object) -> None:
+    def watch(self, pid: int, kill: Callable[[], None]) -> None:
         """Without a cgroup: watch the tree under ``pid`` and call ``kill()`` past a limit."""
         if self.groups:
             return
         self._thread = threading.Thread(target=self._watch, args=(pid, kill), daemon=True)
         self._thread.start()
 
-    def _watch(self, pid: int, kill: object) -> None:
+    def _watch(self, pid: int, kill: Callable[[], None]) -> None:
         from trnfrontier import processes
 
         page = os.sysconf("SC_PAGE_SIZE")
@@ -167,7 +163,7 @@ class TreeGuard:
             elif memory > self.limits.memory_bytes:
                 self._breach = f"the memory limit ({_gib(self.limits.memory_bytes)}; watchdog)"
             if self._breach:
-                kill()  # type: ignore[operator]
+                kill()
                 return
 
     def breach(self) -> str:
@@ -207,8 +203,6 @@ def _counter(path: Path, key: str) -> int:
         text = path.read_text()
     except OSError:
         return 0
-    if not key:
-        return int(text.strip() or 0) if text.strip().isdigit() else 0
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
