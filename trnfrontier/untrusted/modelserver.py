@@ -1,7 +1,8 @@
 """The archive's model, served from inside the sandbox: load_for_eval, then logits on request.
 
-Run as a script (``python -I modelserver.py ...``) inside bubblewrap, never imported by
-the tool. It must work with the standard library, torch and the trusted prepare.py only.
+Run as a script (``python -I modelserver.py ...``) inside bubblewrap, alone (it imports no
+sibling); the tool imports it only for ``tensor_digest``, the digest both sides must compute
+alike (nothing runs at import). It must work with the standard library, torch and the trusted prepare.py only.
 It is the one process where train.py runs; everything that judges the model (causality,
 batch independence, the trusted ``evaluate_bpb``) runs in verify's own process and sees
 only the logits this server returns, so nothing train.py does here can reach the scorer.
@@ -161,7 +162,9 @@ _REFERENTS = gc.get_referents
 _MAX_OBJECTS = 500_000
 
 
-def _digest(tensor) -> str:
+def tensor_digest(tensor) -> str:
+    """SHA256 of a tensor's bytes (16-bit floats, bools and float8 as their raw bits): what the
+    server reports and what ``verify.identity`` computes for the checkpoint, so one definition."""
     import torch
 
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
@@ -176,7 +179,7 @@ def _digest(tensor) -> str:
 
 def _entry(name: str, kind: str, tensor) -> dict:
     return {"name": name, "kind": kind, "dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape),
-            "sha256": _digest(tensor)}
+            "sha256": tensor_digest(tensor)}
 
 
 def _registered(model) -> tuple[list[dict], set[int]]:

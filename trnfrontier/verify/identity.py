@@ -23,10 +23,12 @@ functions that build it are bound before train.py is imported, so it must do so 
 
 from __future__ import annotations
 
-import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trnfrontier.untrusted.modelserver import tensor_digest
 
 DERIVED_LIMIT = 1 << 22  # elements held outside the checkpoint, in all
 _PREFIXES = ("_orig_mod.", "module.")
@@ -51,17 +53,6 @@ def normal_name(name: str) -> str:
             if name.startswith(prefix):
                 name, changed = name[len(prefix):], True
     return name.replace("._orig_mod.", ".")
-
-
-def _digest(tensor: Any) -> str:
-    import torch
-
-    flat = tensor.contiguous().reshape(-1)
-    if flat.dtype in (torch.bfloat16, torch.float16):
-        flat = flat.view(torch.int16)
-    elif flat.dtype == torch.bool or str(flat.dtype).startswith("torch.float8"):
-        flat = flat.view(torch.uint8)
-    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()
 
 
 @dataclass
@@ -98,13 +89,6 @@ def _entries(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _elements(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def compare(report: dict[str, Any], safetensors: Path) -> Identity:
     """The served model's tensors (``report``) against the checkpoint at ``safetensors``."""
     import torch
@@ -124,7 +108,7 @@ def compare(report: dict[str, Any], safetensors: Path) -> Identity:
         def digest(name: str, dtype: str) -> str:
             key = (name, dtype)
             if key not in digests:
-                digests[key] = _digest(st.get_tensor(name).to(getattr(torch, dtype)))
+                digests[key] = tensor_digest(st.get_tensor(name).to(getattr(torch, dtype)))
             return digests[key]
 
         by_content: dict[tuple[str, str, tuple[int, ...]], str] = {}
@@ -147,7 +131,7 @@ def compare(report: dict[str, Any], safetensors: Path) -> Identity:
                                         "the model scored would not be the checkpoint's")
             else:
                 verdict.derived.append(entry["name"][:60])
-                verdict.derived_elements += _elements(entry["shape"])
+                verdict.derived_elements += math.prod(entry["shape"])
         verdict.unused = sorted(names - used)
     if verdict.derived_elements > DERIVED_LIMIT:
         verdict.problems.append(f"the model holds {verdict.derived_elements:,} elements in tensors that are not the checkpoint's "
