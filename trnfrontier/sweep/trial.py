@@ -245,9 +245,10 @@ def _measure(job: Job, run_dir: Path, env: dict[str, str], log: Path) -> None:
         _run_logged(trnf_command(["eval", str(run_dir), "--core", *job.spec.core_args]), job.cwd, env, log)
 
 
-def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: Reporter) -> int:
-    """Run ``trnf train`` to its end, reporting as its metrics land. It dies with this
-    worker (Ray stops a trial ASHA cut, or the whole sweep, by ending the worker)."""
+def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: Reporter) -> None:
+    """Run ``trnf train`` to its end, reporting as its metrics land (the run's summary, not its
+    exit code, says how it ended). It dies with this worker (Ray stops a trial ASHA cut, or the
+    whole sweep, by ending the worker)."""
     with open(log, "ab") as handle:
         handle.write(f"$ {' '.join(cmd)}\n".encode())
         handle.flush()
@@ -259,7 +260,6 @@ def _train(cmd: list[str], env: dict[str, str], cwd: str, log: Path, reporter: R
         finally:
             if proc.poll() is None:
                 processes.stop_tree(proc)
-    return int(proc.returncode)
 
 
 def _run_logged(cmd: list[str], cwd: str, env: dict[str, str], log: Path) -> str:
