@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trnfrontier.runtime.data_home import KIT_CACHE_DIR_ENV
 from trnfrontier.runtime.rundir import KIT_FILE, KIT_OUT_DIR
 
 # Every variable of the organisers' kit starts with this; trnf forwards all of them to
@@ -35,7 +36,7 @@ OUT_DIR_FLAG = "--out-dir"
 # The kit's variables a sandboxed dry run receives from the caller's environment: its data
 # root, step log and train.py knobs. Any other variable of the prefix (a token, a key) stays
 # outside the sandbox.
-KNOBS = (f"{ENV_PREFIX}CACHE_DIR", STEP_LOG_ENV, NUM_STEPS_ENV, MAX_TRAIN_SECONDS_ENV, OUT_DIR_ENV, EVAL_PUBLIC_ENV,
+KNOBS = (KIT_CACHE_DIR_ENV, STEP_LOG_ENV, NUM_STEPS_ENV, MAX_TRAIN_SECONDS_ENV, OUT_DIR_ENV, EVAL_PUBLIC_ENV,
          EVAL_TOKENS_ENV, COMPILE_ENV)
 
 # The one-line launch command a submission declares (grammar: ``contract.launch``).

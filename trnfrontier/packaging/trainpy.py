@@ -37,7 +37,6 @@ Mode = Literal["package", "single"]
 RUNTIME_PACKAGE = "trnfrontier.runtime"
 RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
 DEVICE_ENV = "TRNF_DEVICE"
-OUT_DIR = KIT_OUT_DIR
 # Modules train.py itself calls; everything they import comes along.
 _ROOTS = ["trainer", "checkpoint", "rundir", "recipe"]
 _NO_KERNELS = "this single-file train.py carries no NKI kernel dispatch (`trnf package` without --single-file ships it)"
@@ -156,7 +155,7 @@ def uses_kernels(recipe: dict[str, Any]) -> list[str]:
 def _body(recipe: dict[str, Any], *, load_for_eval: str) -> str:
     return _BODY.format(
         recipe=pprint.pformat(recipe, indent=1, width=100, sort_dicts=True),
-        out_dir=OUT_DIR,
+        out_dir=KIT_OUT_DIR,
         out_env=OUT_DIR_ENV,
         steps_env=DRY_RUN_STEPS_ENV,
         device_env=DEVICE_ENV,
@@ -175,11 +174,11 @@ def _docstring(recipe: dict[str, Any], mode: Mode, purpose: str) -> str:
         "Trains RECIPE (below) with the budgeted trainer under the organisers' launch command,\n"
         f"e.g. `torchrun --standalone --nproc_per_node=N train.py`, with the trusted prepare.py beside it.\n"
         f"{shape}\n"
-        f"Writes the run to {OUT_DIR}/run/ and the checkpoint to {OUT_DIR}/final.pt (+ model.safetensors, meta.json, manifest.json);\n"
+        f"Writes the run to {KIT_OUT_DIR}/run/ and the checkpoint to {KIT_OUT_DIR}/final.pt (+ model.safetensors, meta.json, manifest.json);\n"
         f"{OUT_DIR_ENV} names another folder for both, as it does for the kit's train.py.\n"
         "load_for_eval(checkpoint_path, device) loads it back for the scorer.\n"
         f"{DRY_RUN_STEPS_ENV}=N stops after N steps (a dry run); {DEVICE_ENV}=cpu trains on the CPU;\n"
-        f"TRNF_STEP_LOG moves the step-boundary log (default {OUT_DIR}/run/step_boundaries.jsonl).\n"
+        f"TRNF_STEP_LOG moves the step-boundary log (default {KIT_OUT_DIR}/run/step_boundaries.jsonl).\n"
         '"""\n'
     )
 
