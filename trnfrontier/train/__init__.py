@@ -7,6 +7,7 @@
 - ``worker``: ``python -m trnfrontier.train.worker``, the child: the runtime's entry point
   bound to its parent's life.
 - ``interrupted``: a run that stopped early, and the one command that continues it.
+- ``lifeline``: the trainer's half of binding a run to `trnf train`: it dies with trnf.
 
 A team's own train.py (``trnf train --train-py``) is ``trnfrontier.kit``.
 """

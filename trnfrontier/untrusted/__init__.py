@@ -7,6 +7,9 @@ its model is asked for logits. Nothing here trusts what that code says or writes
   code's own ``load_for_eval`` and answers logits requests over a pipe.
 - ``served``: the host side of that server (``ServedModel``): starts it in the sandbox and
   checks every reply.
+- ``treelimits``: limits on the sandboxed process tree as a whole (memory, tasks).
+- ``tailpipe``: what a sandboxed process prints, kept bounded: the last bytes only.
+- ``hostfs``: reading and removing what a sandbox wrote, on the host, trusting none of it.
 
 verify (the contract probe, ``--rerun-eval``, ``--dry-run``), the kit's dry run and
 ``trnf doctor`` use them.
