@@ -19,9 +19,10 @@ TASK_KEYS = {"accuracy", "centered", "items", "type", "num_fewshot"}
 
 def test_core_of_a_run_is_reported_beside_val_bpb(sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _save_run(tmp_path / "run", head_std=0.5)
-    code, out, err = run_cli(["eval", str(run), "--json", *FAST, *CORE], capsys)
+    code, out, err = run_cli(["eval", str(run), "--json", *FAST, *CORE, "--core-batch-tokens", "300"], capsys)
     assert code == 0, err
     result = json.loads(out)["results"][0]
+    assert result["core"]["batch_tokens"] == 300  # the flag reaches the worker's batches
     assert result["status"] == "ok" and result["val_bpb"] > 0
     core = result["core"]
     assert {"core_metric", "tasks", "bundle_sha256", "seconds"} <= set(core)
@@ -66,7 +67,31 @@ def test_bad_bundles_and_options_are_one_line_before_any_model_loads(tmp_path: P
         (["--core", "--bundle", "sample", "--max-per-task", "2"], "is 3-shot but would score 2 item(s)", 1),
         (["--core", "--bundle", "sample", "--bundle-sha256", "0" * 64], "but the pin is 0000", 1),
         (["--core"], "--core needs a bundle", 2),
+        (["--core-batch-tokens", "64"], "--core-batch-tokens go(es) with --core", 2),
     ]
     for args, message, exit_code in cases:
         code, out, err = run_cli(["eval", str(run), *args], capsys)
         assert code == exit_code and message in err and "Traceback" not in err, (args, err)
+
+
+def test_out_of_memory_under_core_names_a_flag_trnf_eval_takes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from trnfrontier.evaluate import worker
+    from trnfrontier.evaluate.core import run as core_run
+
+    def out_of_memory(*_args: object, **_kwargs: object) -> None:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(core_run, "run_job", out_of_memory)
+    spec = SimpleNamespace(progress_file=None, core={"batch_tokens": 2048})
+    with pytest.raises(worker.WorkerError) as raised:
+        worker._core(spec, None, None, torch.device("cpu"))  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert raised.value.kind == "memory" and "2,048 padded tokens" in message
+    flag, value = message.split("--core ", 1)[1].split("`")[0].split()
+    assert (flag, value) == ("--core-batch-tokens", "512")
+    # The flag the hint names is one `trnf eval` parses (here refused only for lacking --core).
+    code, _out, err = run_cli(["eval", str(tmp_path / "no-such-run"), flag, value], capsys)
+    assert code == 2 and f"{flag} go(es) with --core" in err

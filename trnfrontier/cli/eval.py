@@ -113,6 +113,7 @@ def command(
     bundle: str | None = typer.Option(None, "--bundle", help="CORE bundle: a folder, a zip, an http(s) URL of the zip, a pin file (bundle: + sha256:), or 'sample' (the offline format sample; its score means nothing). Default: $TRNF_CORE_BUNDLE."),
     bundle_sha256: str | None = typer.Option(None, "--bundle-sha256", help="The bundle's pinned SHA256 (the organisers publish it); a mismatch is refused."),
     max_per_task: int | None = typer.Option(None, "--max-per-task", min=1, help="CORE on at most N items per task, for a quick look: NOT the full metric."),
+    core_batch_tokens: int | None = typer.Option(None, "--core-batch-tokens", min=1, help="CORE's padded tokens per forward (default 8192); lower it when the device runs out of memory. Verdicts do not change."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Processes per checkpoint (torchrun): they share CORE's items and the validation rows."),
 ) -> None:
     """Score checkpoints with the trusted evaluate_bpb, each in a fresh process, after the
@@ -139,7 +140,7 @@ def command(
         prompt=prompt,
         temperature=temperature,
         nproc=nproc,
-        core=core_from_flags(core, bundle, bundle_sha256, max_per_task),
+        core=core_from_flags(core, bundle, bundle_sha256, max_per_task, batch_tokens=core_batch_tokens),
     )
     notes = err()
     what = f"scoring {len(targets)} checkpoint(s) with the trusted evaluate_bpb" + (" and CORE" if core else "")

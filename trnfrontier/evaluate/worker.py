@@ -363,9 +363,20 @@ def _core(spec: WorkerSpec, model: Any, tokenizer: Any, device: torch.device) ->
     except TrnfError as exc:
         raise WorkerError("core", f"CORE: {exc}") from None
     except torch.cuda.OutOfMemoryError:
-        raise WorkerError("memory", "out of device memory under CORE; try a smaller --core-batch-tokens") from None
+        raise WorkerError("memory", _core_memory_advice((spec.core or {}).get("batch_tokens"))) from None
     except Exception as exc:
         raise WorkerError("eval", f"the model failed under CORE: {_one_line(exc)}") from None
+
+
+def _core_memory_advice(batch_tokens: int | None) -> str:
+    """What to do when CORE's batches do not fit: a smaller budget (the verdicts stay)."""
+    from trnfrontier.evaluate.core.job import BATCH_TOKENS_FLAG, DEFAULT_BATCH_TOKENS
+
+    tokens = int(batch_tokens or DEFAULT_BATCH_TOKENS)
+    return (
+        f"out of device memory under CORE at {tokens:,} padded tokens per forward; "
+        f"rerun `trnf eval ... --core {BATCH_TOKENS_FLAG} {max(1, tokens // 4)}` (the verdicts do not change)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

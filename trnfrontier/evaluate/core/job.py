@@ -94,15 +94,21 @@ def prepare_core(bundle: str | None, pin: str | None, max_per_task: int | None, 
     return CoreSetup(resolved, max_per_task, batch_tokens, total)
 
 
+BATCH_TOKENS_FLAG = "--core-batch-tokens"
+
+
 def core_from_flags(
     core: bool, bundle: str | None, pin: str | None, max_per_task: int | None,
     names: tuple[str, str, str] = ("--bundle", "--bundle-sha256", "--max-per-task"),
+    batch_tokens: int | None = None,
 ) -> CoreSetup | None:
     """The command line's ``--core`` flags (`trnf eval`, `trnf verify`; ``names`` as that
-    command spells them) as a checked bundle, or None without ``--core``."""
+    command spells them) as a checked bundle, or None without ``--core``. ``batch_tokens``
+    is `trnf eval`'s ``--core-batch-tokens`` (None: the default)."""
     if not core:
         given = [name for name, value in zip(names, (bundle, pin, max_per_task), strict=True) if value]
+        given += [BATCH_TOKENS_FLAG] if batch_tokens is not None else []
         if given:
             raise UsageError(f"{', '.join(given)} go(es) with --core")
         return None
-    return prepare_core(bundle, pin, max_per_task)
+    return prepare_core(bundle, pin, max_per_task, batch_tokens or DEFAULT_BATCH_TOKENS)

@@ -185,6 +185,7 @@ def _report(resolved: ResolvedBundle, options: CoreOptions, everyone: list[dict[
         "max_per_task": options.max_per_task,
         "crop": options.crop,
         "crop_source": options.crop_source,
+        "batch_tokens": options.batch_tokens,
         "world_size": world,
         "near_ties": sum(t["near_ties"] for t in tasks.values()),
         "near_tie_tolerance": everyone[0]["tolerance"],
