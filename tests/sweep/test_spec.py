@@ -192,3 +192,47 @@ def test_a_trial_reads_its_result_and_its_error_from_its_run_directory(tmp_path:
     assert metric_value(run, "val_bpb") == 1.25
     (run / "scores.jsonl").write_text(json.dumps({"core": 0.2}) + "\n")
     assert metric_value(run, "core") == 0.2
+
+
+def test_a_trial_that_fails_a_completed_run_keeps_its_own_error_line(tmp_path: Path) -> None:
+    """The run's summary says completed, yet the trial fails it (a kit script that ignored
+    its folder, trials at once; a run without its metric): the driver records the trial's
+    own line, not one made up from the run directory."""
+    from types import SimpleNamespace
+
+    from trnfrontier.sweep import state as st
+    from trnfrontier.sweep.engine import _error_of
+    from trnfrontier.sweep.report import rows
+    from trnfrontier.sweep.trial import TrialFailed, run_one_trial
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    spec = SweepSpec.model_validate({"name": "k", "train_py": str(script), "concurrency": 2, "space": {"--lr": {"grid": [1, 2]}}})
+    job = Job("sweep-1", str(tmp_path / "sw"), spec, str(tmp_path))
+    run_dir = job.run_dir("t0")
+    run_dir.mkdir(parents=True)
+    ignored = {"status": "completed", "out_dir_ignored": True, "final_checkpoint": str(tmp_path / "final.pt")}
+    (run_dir / "summary.json").write_text(json.dumps(ignored))
+    sent: list[dict] = []
+    with pytest.raises(TrialFailed, match="train.py ignores NEURON_COMPETITION_R1_OUT_DIR"):
+        run_one_trial(job, "t0", {"--lr": 1}, sent.append)  # completed: reported again, not trained
+    assert sent == []
+    line = _error_of(SimpleNamespace(trial_id="t0"), job)
+    assert line.startswith("train.py ignores NEURON_COMPETITION_R1_OUT_DIR") and line.endswith("concurrency: 1")
+    # `trnf sweep status` of a failed trial whose error sweep.json lost reads the same line.
+    sweep = st.SweepState(folder=Path(job.sweep_dir), sweep_id="sweep-1", name="k", spec={}, created=0.0,
+                          trials={"t0": {"status": st.FAILED, "run_dir": run_dir.name, "params": {"--lr": 1}}})  # fmt: skip
+    assert rows(sweep, spec)[0]["error"] == line
+    # Without the trial's line, the run directory is read, and a summary that exists is never called missing.
+    job.log("t0").with_suffix(".error").unlink()
+    fallback = _error_of(SimpleNamespace(trial_id="t0"), job)
+    assert "no summary.json" not in fallback and fallback.startswith(f"{run_dir / 'summary.json'} says completed and names no error")
+
+    recipe_spec = SweepSpec.model_validate({"name": "r", "recipe": "cpu_smoke", "seeds": [1, 2]})
+    recipe_job = Job("sweep-2", str(tmp_path / "sw2"), recipe_spec, str(tmp_path))
+    recipe_run = recipe_job.run_dir("t1")
+    recipe_run.mkdir(parents=True)
+    (recipe_run / "summary.json").write_text(json.dumps({"status": "completed", "val_bpb": None}))
+    with pytest.raises(TrialFailed, match="the run completed without a val_bpb"):
+        run_one_trial(recipe_job, "t1", {"runtime.seed": 1}, sent.append)
+    assert _error_of(SimpleNamespace(trial_id="t1"), recipe_job).startswith("the run completed without a val_bpb (see ")

@@ -217,11 +217,10 @@ def _callback(progress: Progress, job: Job) -> Any:
 
 
 def _error_of(trial: Any, job: Job) -> str:
-    """A failed trial's error line, read from its run directory (the run's own summary)."""
-    from trnfrontier.sweep.trial import LOGS_DIR, error_line
+    """A failed trial's error line: the one it failed with, else its run directory's."""
+    from trnfrontier.sweep.trial import failure_of
 
-    run_dir = job.run_dir(trial.trial_id)
-    return error_line(run_dir, Path(job.sweep_dir) / LOGS_DIR / f"{run_dir.name}.log")
+    return failure_of(job.run_dir(trial.trial_id), job.log(trial.trial_id))
 
 
 def run(sweep: st.SweepState, spec: SweepSpec, address: str | None, resume: bool, say: Say) -> None:

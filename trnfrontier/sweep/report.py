@@ -15,7 +15,7 @@ from trnfrontier.runtime.rundir import RECIPE_FILE, read_summary
 from trnfrontier.sweep import state as st
 from trnfrontier.sweep.space import SEED_KEY
 from trnfrontier.sweep.spec import SweepSpec
-from trnfrontier.sweep.trial import LOGS_DIR, error_line, metric_value
+from trnfrontier.sweep.trial import failure_of, log_of, metric_value
 
 BEST_RECIPE_FILE = "best_recipe.yaml"
 FIGURE_FILE = "sweep.png"
@@ -38,7 +38,7 @@ def rows(sweep: st.SweepState, spec: SweepSpec, driver_alive: bool = True) -> li
         value = metric_value(run_dir, spec.metric) if status == st.COMPLETED else None
         error = trial.get("error")
         if status == st.FAILED and not error:
-            error = error_line(run_dir, sweep.folder / LOGS_DIR / f"{run_dir.name}.log")
+            error = failure_of(run_dir, log_of(sweep.folder, run_dir))
         found.append({
             "trial": trial_id, "run_dir": str(run_dir), "params": trial.get("params") or {}, "status": status,
             spec.metric: value, "steps": summary.get("steps"), "fraction": trial.get("fraction"),

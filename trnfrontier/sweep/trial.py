@@ -36,6 +36,7 @@ from trnfrontier import processes
 from trnfrontier.contract.kit import EVAL_TOKENS_ENV, OUT_DIR_ENV
 from trnfrontier.ledger.provenance import SWEEP_ENV, append_line, read_json
 from trnfrontier.runtime import runlock
+from trnfrontier.runtime.atomic import atomic_write_bytes
 from trnfrontier.runtime.checkpoint_ref import latest_checkpoint
 from trnfrontier.runtime.rundir import (
     COMPLETED,
@@ -43,6 +44,7 @@ from trnfrontier.runtime.rundir import (
     METRICS_FILE,
     RECIPE_FILE,
     SCORES_FILE,
+    SUMMARY_FILE,
     read_jsonl,
     read_summary,
     write_crash_summary,
@@ -55,6 +57,9 @@ POLL_SECONDS = 0.5
 # the run's summary (Ray ends them with the trial's worker).
 SETTLE_SECONDS = 30.0
 LOGS_DIR = "logs"  # under the sweep folder: each trial's `trnf train` console output
+# Beside a trial's log: the line its trial raised with, for the driver (the run directory
+# may hold a completed summary that says nothing of why the trial failed).
+ERROR_SUFFIX = ".error"
 
 
 class TrialFailed(RuntimeError):
@@ -73,6 +78,14 @@ class Job:
 
     def run_dir(self, trial_id: str) -> Path:
         return Path(self.sweep_dir) / f"{self.spec.name}-{trial_id}"
+
+    def log(self, trial_id: str) -> Path:
+        return log_of(Path(self.sweep_dir), self.run_dir(trial_id))
+
+
+def log_of(sweep_dir: Path, run_dir: Path) -> Path:
+    """A trial's console log, under its sweep's folder (its error file beside it)."""
+    return sweep_dir / LOGS_DIR / f"{run_dir.name}.log"
 
 
 def trnf_command(words: list[str]) -> list[str]:
@@ -117,19 +130,40 @@ def metric_value(run_dir: Path, metric: str) -> float | None:
 
 def error_line(run_dir: Path, log: Path) -> str:
     """Why a trial's run did not complete: its summary's error, else trnf's last error line."""
-    summary = read_summary(run_dir) or {}
-    if summary.get("status") == "diverged":
-        return f"diverged at step {summary.get('diverged_step')} (loss NaN/inf or above run.max_loss)"
-    if summary.get("error"):
-        return str(summary["error"])
-    if summary.get("problems"):
-        return str(summary["problems"][0])
+    summary = read_summary(run_dir)
+    if summary is not None:
+        if summary.get("status") == "diverged":
+            return f"diverged at step {summary.get('diverged_step')} (loss NaN/inf or above run.max_loss)"
+        if summary.get("error"):
+            return str(summary["error"])
+        if summary.get("problems"):
+            return str(summary["problems"][0])
+    said = logged_error(log)
+    if said is not None:
+        return said
+    if summary is None:
+        return f"no summary.json in {run_dir} (see {log})"
+    return f"{run_dir / SUMMARY_FILE} says {summary.get('status') or 'nothing'} and names no error (see {log})"
+
+
+def logged_error(log: Path) -> str | None:
+    """trnf's last error line in a trial's log, or None."""
     try:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         lines = []
     said = [line for line in lines if line.startswith("trnf: error:")]
-    return said[-1].removeprefix("trnf: error: ") if said else f"no summary.json in {run_dir} (see {log})"
+    return said[-1].removeprefix("trnf: error: ") if said else None
+
+
+def failure_of(run_dir: Path, log: Path) -> str:
+    """A failed trial's error line: the one the trial raised with (its error file), else
+    what its run directory and log show."""
+    try:
+        recorded = log.with_suffix(ERROR_SUFFIX).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        recorded = ""
+    return recorded or error_line(run_dir, log)
 
 
 class Reporter:
@@ -189,20 +223,36 @@ def plan_words(job: Job, params: dict[str, Any], run_dir: Path) -> list[str] | N
 
 
 def run_trial(job: Job, config: dict[str, Any]) -> None:
-    """The trainable: one trial, start to end (or resumed), reporting what its run
-    directory shows. Raises TrialFailed with the run's error line when it did not complete."""
+    """The trainable (inside a Ray worker): one trial, start to end (or resumed)."""
     from ray import tune
 
-    trial_id = tune.get_context().get_trial_id()
+    run_one_trial(job, tune.get_context().get_trial_id(), config, tune.report)
+
+
+def run_one_trial(job: Job, trial_id: str, config: dict[str, Any], report: Any) -> None:
+    """One trial, reporting what its run directory shows. Raises TrialFailed with the
+    run's error line when it did not complete; the line the trial fails with (any
+    exception's) is written beside its log first, for the driver (``failure_of``)."""
+    log = job.log(trial_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    error_file = log.with_suffix(ERROR_SUFFIX)
+    error_file.unlink(missing_ok=True)  # a line from an earlier attempt is not this one's
+    try:
+        _trial(job, trial_id, config, report, log)
+    except Exception as exc:
+        line = str(exc) if isinstance(exc, TrialFailed) else f"{type(exc).__name__}: {exc}"
+        atomic_write_bytes(error_file, (line.splitlines() or [type(exc).__name__])[0].encode())
+        raise
+
+
+def _trial(job: Job, trial_id: str, config: dict[str, Any], report: Any, log: Path) -> None:
     params = params_of(job.spec, config)
     run_dir = job.run_dir(trial_id)
-    log = Path(job.sweep_dir) / LOGS_DIR / f"{run_dir.name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     reports = job.spec.early_stop.reports if job.spec.early_stop else 1
-    reporter = Reporter(run_dir, reports, tune.report)
+    reporter = Reporter(run_dir, reports, report)
     words = plan_words(job, params, run_dir)
-    trial = {"id": job.sweep_id, "trial": trial_id, "params": params}
-    env = {**os.environ, **job.env, SWEEP_ENV: json.dumps(trial, sort_keys=True)}
+    record = {"id": job.sweep_id, "trial": trial_id, "params": params}
+    env = {**os.environ, **job.env, SWEEP_ENV: json.dumps(record, sort_keys=True)}
     if words is not None:
         _train(trnf_command(words), env, job.cwd, log, reporter)
     summary = read_summary(run_dir) or {}
@@ -218,7 +268,8 @@ def run_trial(job: Job, config: dict[str, Any]) -> None:
         _measure(job, run_dir, env, log)
     value = metric_value(run_dir, job.spec.metric)
     if value is None:  # trained, but the metric was not measured (a failed CORE evaluation, say)
-        raise TrialFailed(f"the run completed without a {job.spec.metric}: {error_line(run_dir, log)}")
+        said = logged_error(log)
+        raise TrialFailed(f"the run completed without a {job.spec.metric}" + (f": {said}" if said else f" (see {log})"))
     reporter.finish(**{job.spec.metric: value, "steps": summary.get("steps")})
 
 
