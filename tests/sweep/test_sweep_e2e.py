@@ -180,6 +180,11 @@ def test_a_failing_trial_and_kill_9_then_resume(sample_home: Path, tmp_path: Pat
     assert summary["status"] == "completed" and summary["steps"] == 150 and summary["resumed_from"]
     assert "--resume" in (folder / "logs" / f"{long.name}.log").read_text()
     assert json.loads((folder / "sweep.json").read_text())["resumes"] == 1
+    # `trnf sweep status`: the live view's counts line, and each failed trial's own error line.
+    status = _trnf(["sweep", "status", str(folder), "--json"], tmp_path, env)
+    shown = json.loads(status.stdout)
+    assert shown["progress"].startswith("trials: 0 running, 2 done, 0 stopped, 2 failed, 0 pending; best val_bpb ")
+    assert all("no prepared dataset" in r["error"] for r in shown["trials"] if r["status"] == "failed")
 
 
 @pytest.mark.slow

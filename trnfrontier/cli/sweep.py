@@ -38,6 +38,8 @@ def render(outcome: Any, console: Console) -> None:
         table.add_row(escape(row["trial"]), *(escape(str(row["params"].get(k, "-"))) for k in keys), status,
                       _fmt(row[spec.metric], ".6f"), _fmt(row["steps"], ","), escape(note))  # fmt: skip
     console.print(table)
+    if outcome.progress is not None:
+        console.print(escape(outcome.progress), highlight=False, soft_wrap=True)
     for label, path in (("best recipe", outcome.best_recipe), ("figure", outcome.figure)):
         if path is not None:
             console.print(f"{label}: {path}")
@@ -48,7 +50,7 @@ def _document(outcome: Any) -> dict[str, Any]:
         "id": outcome.sweep.sweep_id, "folder": str(outcome.sweep.folder), "metric": outcome.spec.metric,
         "mode": outcome.spec.direction, "trials": outcome.rows,
         "best_recipe": str(outcome.best_recipe) if outcome.best_recipe else None,
-        "figure": str(outcome.figure) if outcome.figure else None,
+        "figure": str(outcome.figure) if outcome.figure else None, "progress": outcome.progress,
     }  # fmt: skip
 
 

@@ -37,6 +37,7 @@ class Outcome:
     rows: list[dict[str, Any]]
     best_recipe: Path | None = None
     figure: Path | None = None
+    progress: str | None = None  # `trnf sweep status`: the live view's counts line
 
 
 def new_folder(spec: SweepSpec, out: Path | None) -> Path:
@@ -144,4 +145,6 @@ def status(folder: Path) -> Outcome:
     """The sweep in ``folder`` as it stands (in flight or finished); writes nothing."""
     sweep = st.load_state(folder)
     spec = read_spec(folder / st.SPEC_FILE)
-    return Outcome(sweep, spec, report.rows(sweep, spec, driver_alive=st.driver_alive(folder)))
+    alive = st.driver_alive(folder)
+    return Outcome(sweep, spec, report.rows(sweep, spec, driver_alive=alive),
+                   progress=report.progress_line(sweep, spec, alive=alive))  # fmt: skip

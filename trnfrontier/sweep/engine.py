@@ -134,7 +134,6 @@ class Progress:
 
     def __init__(self, folder: str, spec: SweepSpec, job: Job, say: Say) -> None:
         self.folder, self.spec, self.job, self.say = folder, spec, job, say
-        self.started = time.time()
 
     def state(self) -> st.SweepState:
         return st.load_state(Path(self.folder))
@@ -179,22 +178,9 @@ class Progress:
                 close_stopped_run(self.job.run_dir(trial_id), str(trial["note"]), self.say, wait=wait)
 
     def summary_line(self, sweep: st.SweepState) -> None:
-        from trnfrontier.sweep.report import best_trial
+        from trnfrontier.sweep.report import progress_line
 
-        counts = sweep.counts()
-        total = max(self.spec.expected_trials(), len(sweep.trials))
-        ended = counts[st.COMPLETED] + counts[st.STOPPED] + counts[st.FAILED]
-        pending = max(0, total - ended - counts[st.RUNNING])
-        best = best_trial(sweep, self.spec)
-        best_text = f"; best {self.spec.metric} {best[1]:.4f} ({best[0]})" if best else ""
-        eta = ""
-        if ended and ended < total:
-            per = (time.time() - self.started) / ended
-            eta = f"; about {per * (total - ended) / 60:.1f} min left"
-        self.say(
-            f"trials: {counts[st.RUNNING]} running, {counts[st.COMPLETED]} done, {counts[st.STOPPED]} stopped, "
-            f"{counts[st.FAILED]} failed, {pending} pending{best_text}{eta}"
-        )
+        self.say(progress_line(sweep, self.spec))
 
 
 def _callback(progress: Progress, job: Job) -> Any:
@@ -237,6 +223,8 @@ def run(sweep: st.SweepState, spec: SweepSpec, address: str | None, resume: bool
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     start_ray(address)
     check_fits(spec)
+    sweep.driver_started = time.time()
+    sweep.save()
     job = Job(sweep.sweep_id, str(sweep.folder.resolve()), spec, os.getcwd(), forwarded_env() if address else {})
     trainable = _trainable(job, spec)
     progress = Progress(str(sweep.folder), spec, job, say)

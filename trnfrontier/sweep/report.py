@@ -6,6 +6,7 @@ differ, the best trial's resolved recipe, and metric against each swept paramete
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,30 @@ def best_trial(sweep: st.SweepState, spec: SweepSpec) -> tuple[str, float] | Non
         if row[spec.metric] is not None and math.isfinite(row[spec.metric]):
             return row["trial"], float(row[spec.metric])
     return None
+
+
+def progress_line(sweep: st.SweepState, spec: SweepSpec, alive: bool = True, now: float | None = None) -> str:
+    """Trials running / done / stopped / failed / pending, the best so far and the time
+    left (the live view's line, and `trnf sweep status`'s). The time left is this
+    driver's pace: the trials that ended since it started, over the time since."""
+    counts = sweep.counts()
+    running = counts[st.RUNNING] if alive else 0  # a dead driver's trials wait for --resume
+    total = max(spec.expected_trials(), len(sweep.trials))
+    ended = counts[st.COMPLETED] + counts[st.STOPPED] + counts[st.FAILED]
+    pending = max(0, total - ended - running)
+    best = best_trial(sweep, spec)
+    best_text = f"; best {spec.metric} {best[1]:.4f} ({best[0]})" if best else ""
+    tail = ""
+    if ended < total and not alive:
+        tail = f"; no driver is running: continue with `trnf sweep --resume {sweep.folder}`"
+    elif ended < total and sweep.driver_started is not None:
+        since = sweep.driver_started
+        here = [t for t in sweep.trials.values() if t.get("status") in st.ENDED and float(t.get("finished") or 0) >= since]
+        if here:
+            per = ((time.time() if now is None else now) - since) / len(here)
+            tail = f"; about {per * (total - ended) / 60:.1f} min left"
+    return (f"trials: {running} running, {counts[st.COMPLETED]} done, {counts[st.STOPPED]} stopped, "
+            f"{counts[st.FAILED]} failed, {pending} pending{best_text}{tail}")  # fmt: skip
 
 
 def varying(found: list[dict[str, Any]]) -> list[str]:

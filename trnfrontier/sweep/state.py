@@ -33,6 +33,7 @@ TUNE_DIR = ".tune"
 TUNE_NAME = "tune"
 FORMAT = "trnf-sweep/1"
 RUNNING, COMPLETED, STOPPED, FAILED = "running", "completed", "stopped", "failed"
+ENDED = (COMPLETED, STOPPED, FAILED)
 
 
 @dataclass
@@ -45,6 +46,9 @@ class SweepState:
     trials: dict[str, dict[str, Any]] = field(default_factory=dict)
     finished: float | None = None
     resumes: int = 0
+    # When the driver now running (or the last one) started: the time left is reckoned
+    # from the trials that ended since, not from those an earlier driver ran.
+    driver_started: float | None = None
 
     @property
     def path(self) -> Path:
@@ -63,7 +67,7 @@ class SweepState:
             "created": self.created,
             "finished": self.finished,
             "resumes": self.resumes,
-            "driver": {"pid": os.getpid(), "host": os.uname().nodename},
+            "driver": {"pid": os.getpid(), "host": os.uname().nodename, "started": self.driver_started},
             "trials": self.trials,
         }
         atomic_write_json(self.path, document)
@@ -111,6 +115,7 @@ def load_state(folder: Path) -> SweepState:
         trials=dict(document.get("trials") or {}),
         finished=document.get("finished"),
         resumes=int(document.get("resumes") or 0),
+        driver_started=(document.get("driver") or {}).get("started"),
     )
 
 
