@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,66 @@ def test_ends_summed_from_dt_are_a_lower_bound_and_say_so(tmp_path: Path) -> Non
 def test_a_log_that_cannot_be_true_is_refused_naming_the_line(tmp_path: Path, lines: list, match: str) -> None:
     with pytest.raises(StepLogError, match=match.replace("(", r"\(").replace(")", r"\)")):
         read_step_log(_log(tmp_path, *lines))
+
+
+# ---------------------------------------------------------------------------- what the outside found (issue 25.1)
+
+NANOCHAT = "step {:05d}/01000 ({:.2f}%) | loss: 3.2 | lrm: 1.00 | dt: 930.12ms | tok/sec: 12,345 | mfu: 10.1 | total time: {}"
+
+
+def test_nanochat_progress_lines_read_total_time_as_elapsed_in_its_unit(tmp_path: Path) -> None:
+    """The "time: 0" inside "total time: 0.16m" is no absolute time; the m is minutes."""
+    lines = [NANOCHAT.format(10, 1.0, "0.16m"), NANOCHAT.format(11, 1.1, "0.18m"), NANOCHAT.format(12, 1.2, "0.02h")]
+    log = read_step_log(_log(tmp_path, *lines), launch=100.0, launch_source="trnf's launch")
+    assert log.last.boundaries == ((10, pytest.approx(109.6)), (11, pytest.approx(110.8)), (12, pytest.approx(172.0)))
+    assert log.when == ("elapsed",) and log.text and not log.lower_bound
+    assert log.describe() == "printed step lines (step, elapsed seconds); start time from trnf's launch"
+
+
+@pytest.mark.parametrize("line,end", [
+    ("step 3 | dt: 930.12ms", 100.93012),
+    ("step 3 | dt 0.5 s", 100.5),
+    ("step 3 | elapsed: 2min", 220.0),
+    ("step 3 | elapsed time: 1.5h", 5500.0),
+    ("step 3 | loss nan | time 130", 130.0),
+    ({"step": 3, "dt_ms": 250}, 100.25),
+    ({"step": 3, "total time": 12.5}, 112.5),
+])
+def test_units_and_spelled_names_are_honoured(tmp_path: Path, line: object, end: float) -> None:
+    assert read_step_log(_log(tmp_path, line), launch=100.0).last.boundaries == ((3, pytest.approx(end)),)
+
+
+def test_json_behind_torchruns_tee_prefix_is_json(tmp_path: Path) -> None:
+    lines = ['[default0]:{"header": true, "start_time": 100.0}', '[default0]:{"step": 0, "time": 101.0}',
+             '[default0]: {"step": 1, "time": 102.5, "loss": 3.0}']
+    log = read_step_log(_log(tmp_path, *lines))
+    assert log.segments == (Segment(100.0, ((0, 101.0), (1, 102.5))),)
+    assert not log.text and log.prefixed and "JSON lines (step, time) behind torchrun's" in log.describe()
+
+
+LAUNCH = 1.7e9  # an epoch time: a run launched in 2023
+
+
+def test_times_far_below_the_launch_are_seconds_since_the_start_and_say_so(tmp_path: Path) -> None:
+    """A kit writing {"step": i, "time": time.perf_counter() - t0} and no header."""
+    path = _log(tmp_path, *({"step": i, "time": 4.0 + 0.5 * i} for i in range(3)))
+    log = read_step_log(path, launch=LAUNCH, launch_source="trnf's launch")
+    assert log.last.boundaries == ((0, LAUNCH + 4.0), (1, LAUNCH + 4.5), (2, LAUNCH + 5.0))
+    assert log.relative and not log.lower_bound
+    assert log.describe().endswith("start time from trnf's launch; its times, far below the launch's epoch, "
+                                   "read as seconds since the process started")
+    # the same values after a header are the header's word: absolute, and before its start
+    with pytest.raises(StepLogError, match="before its process's start"):
+        read_step_log(_log(tmp_path, _header(LAUNCH), {"step": 0, "time": 4.0}))
+
+
+def test_epoch_times_without_a_header_stay_absolute(tmp_path: Path) -> None:
+    log = read_step_log(_log(tmp_path, {"step": 0, "time": LAUNCH + 3.0}), launch=LAUNCH)
+    assert log.last.boundaries == ((0, LAUNCH + 3.0),) and not log.relative
+
+
+def test_a_clock_since_boot_is_neither_and_is_refused(tmp_path: Path) -> None:
+    """perf_counter() without "- t0": read since the start it would end days after the log was written."""
+    path = _log(tmp_path, {"step": 0, "time": 500_000.0}, {"step": 1, "time": 500_001.0})
+    with pytest.raises(StepLogError, match="neither seconds since the epoch nor since the process started"):
+        read_step_log(path, launch=time.time() - 10.0)

@@ -45,8 +45,8 @@ def documented_accounting(
 
 def _theirs_reads(log: StepLog) -> bool:
     """Whether a prepare.py's own budget_accounting can read this log: only the format such
-    a file writes (the project's: JSON {step, time} after a header)."""
-    return log.start_source == HEADER and log.when == ("time",) and not log.text
+    a file writes (the project's: JSON {step, time} after a header, no console prefix)."""
+    return log.start_source == HEADER and log.when == ("time",) and not log.text and not log.prefixed
 
 
 def account(

@@ -11,7 +11,11 @@ turns lines into a run's segments and holds the rules between lines:
   it for the runs it starts), named by ``launch_source``; without one, such a log has no
   start and is refused.
 - A record's end time is its ``time``, else the segment's start + ``elapsed``, else the
-  previous end + ``dt`` (a lower bound: the time between steps is not in any dt).
+  previous end + ``dt`` (a lower bound: the time between steps is not in any dt). In a
+  segment that starts at ``launch``, a ``time`` more than a day before the launch is no
+  epoch time but seconds since the process started (a ``perf_counter() - t0``): it is read
+  so, and ``describe`` says it was. Such a time that would put a step after the log was
+  last written is neither, and refused.
 - Times never go backwards: each end is at or after the previous end of its segment and
   its segment's start, and each segment starts at or after the previous one's last end.
   Step indexes increase within a segment (a resumed process may repeat steps done after
@@ -23,14 +27,26 @@ number that is not finite, a time that goes backwards, a log with no record at a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trnfrontier.contract.steplog_lines import Header, LineError, Record, When, parse_line
+from trnfrontier.contract.steplog_lines import (
+    TEE_PREFIX,
+    Header,
+    LineError,
+    Record,
+    When,
+    parse_line,
+)
 
 Boundary = tuple[int, float]  # (0-based index of the step completed, time in seconds)
 HEADER = "the log's header line"
+# A "time" this far below the launch is no epoch time (a perf_counter's, since the start).
+RELATIVE_BELOW_LAUNCH = 86_400.0
+# How far after the log's last write a step may be read to end (clock granularity, slack).
+WRITTEN_SLACK = 60.0
 
 
 class StepLogError(ValueError):
@@ -53,6 +69,8 @@ class StepLog:
     start_source: str = HEADER  # where the first segment's start time came from
     when: tuple[When, ...] = ("time",)  # what its records gave: absolute times, elapsed seconds, durations
     text: bool = False  # printed "step N | ..." lines rather than JSON
+    prefixed: bool = False  # lines behind torchrun's "[default0]:", copied from a console
+    relative: bool = False  # its "time"s were seconds since the start, not since the epoch
 
     @property
     def last(self) -> Segment:
@@ -70,7 +88,11 @@ class StepLog:
         fields = {"time": "time", "elapsed": "elapsed seconds", "dt": "dt"}
         what = f"{shape} (step, {' / '.join(fields[w] for w in self.when)})"
         bound = "; ends summed from dt, a lower bound (the time between steps is not in it)" if self.lower_bound else ""
-        return f"{what}; start time from {self.start_source}{bound}"
+        prefix = " behind torchrun's [rank]: prefix" if self.prefixed else ""
+        relative = (
+            "; its times, far below the launch's epoch, read as seconds since the process started" if self.relative else ""
+        )
+        return f"{what}{prefix}; start time from {self.start_source}{relative}{bound}"
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -90,7 +112,7 @@ class _Builder:
         self.segments: list[tuple[float, list[Boundary]]] = []
         self.start_source = HEADER
         self.when: set[When] = set()
-        self.text = False
+        self.text = self.prefixed = self.relative = False
 
     def _end(self) -> float | None:
         if not self.segments:
@@ -115,7 +137,9 @@ class _Builder:
             self.start_source = self.launch_source
         start, boundaries = self.segments[-1]
         previous = boundaries[-1] if boundaries else None
-        if record.when == "time":
+        if record.when == "time" and self._relative(record.value):
+            end = start + record.value
+        elif record.when == "time":
             end = record.value
         elif record.when == "elapsed":
             end = start + record.value
@@ -128,6 +152,24 @@ class _Builder:
             raise StepLogError(f"line {lineno}: step {record.step} ends at {end:.3f}, before {what} ({floor:.3f}): time goes backwards")
         boundaries.append((record.step, end))
         self.when.add(record.when)
+        self.text = self.text or record.printed
+
+    def _relative(self, time: float) -> bool:
+        """Whether a record's ``time`` is seconds since its process started: it is in the
+        segment that starts at the launch (no header said otherwise) and far below it."""
+        relative = len(self.segments) == 1 and self.start_source != HEADER and time < self.segments[0][0] - RELATIVE_BELOW_LAUNCH
+        self.relative = self.relative or relative
+        return relative
+
+    def written_by(self, written: float) -> None:
+        """Refuse times read as since the start that end after the log was last written
+        (``written``, its mtime): they were neither (a perf_counter since the machine booted)."""
+        end = self._end()
+        if self.relative and end is not None and end > written + WRITTEN_SLACK:
+            raise StepLogError(
+                f"its times are neither seconds since the epoch nor since the process started (the last step would "
+                f"end {end - written:.0f} s after the log was written): record time.time() at each step boundary"
+            )
 
     def log(self) -> StepLog:
         if not self.segments:
@@ -138,6 +180,8 @@ class _Builder:
             self.start_source,
             tuple(order),
             self.text,
+            self.prefixed,
+            self.relative,
         )
 
 
@@ -153,9 +197,10 @@ def read_step_log(path: Path, launch: float | None = None, launch_source: str = 
             item = parse_line(line)
         except LineError as exc:
             raise StepLogError(f"line {lineno} {exc}") from None
+        built.prefixed = built.prefixed or (item is not None and TEE_PREFIX.match(line.strip()) is not None)
         if isinstance(item, Header):
             built.header(lineno, item)
         elif isinstance(item, Record):
-            built.text = built.text or not line.lstrip().startswith("{")
             built.record(lineno, item)
+    built.written_by(os.stat(path).st_mtime)
     return built.log()

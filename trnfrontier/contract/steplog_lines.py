@@ -10,15 +10,20 @@ index and when it ended), or blank. Understood:
 - JSON of other shapes: ``{"step": 12, <when>: ...}`` with ``<when>`` one of the names
   below, and any other keys (loss, ...) ignored;
 - text, the progress lines a kit train.py prints: ``step 00012 | loss 3.21 | dt 0.93s |
-  ...`` (also ``step 12/100``, ``name: value``, ``name=value``), ``s`` or ``ms`` after a
-  value.
+  ...`` (also ``step 12/100``, ``name: value``, ``name=value``), with a unit after a value
+  (``ms``, ``s``, ``m``/``min``, ``h``; none is seconds), as nanochat's ``step 00010/01000
+  (1.00%) | loss: 3.2 | dt: 930.12ms | ... | total time: 0.16m``;
+- either of these behind torchrun's ``[default0]:`` prefix.
 
 When the step ended, by name: an absolute time in seconds since the epoch (``time``,
 ``timestamp``, ``wall_time``, ``t``), seconds since the process started (``elapsed``,
-``elapsed_seconds``, ``total_time``), or the step's own duration (``dt``, ``step_time``,
-``step_seconds``), the first found in that order. Anything else is refused, naming why:
-a value that is not a finite number, a negative or non-integer step index, a line that is
-none of the above. ``steplog`` turns records into a run's boundaries.
+``elapsed_seconds``, ``elapsed_time``, ``total_time``), or the step's own duration (``dt``,
+``step_time``, ``step_seconds``), the first found in that order. A ``_`` in a name is also
+read as a space, a JSON key may carry its unit (``dt_ms``, ``elapsed_s``), and a name
+inside a longer one is not it (the ``time`` of ``total time`` is not an absolute time).
+Anything else is refused, naming why: a value that is not a finite number, a negative or
+non-integer step index, a line that is none of the above. ``steplog`` turns records into
+a run's boundaries.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ When = Literal["time", "elapsed", "dt"]
 # (kind, names): which keys say when a step ended, in the order they are looked for.
 WHEN_NAMES: tuple[tuple[When, tuple[str, ...]], ...] = (
     ("time", ("time", "timestamp", "wall_time", "t")),
-    ("elapsed", ("elapsed", "elapsed_seconds", "total_time")),
+    ("elapsed", ("elapsed", "elapsed_seconds", "elapsed_time", "total_time")),
     ("dt", ("dt", "step_time", "step_seconds")),
 )
 # A step index or a time beyond these is no step log's (and would overflow a float).
@@ -46,11 +51,21 @@ STEP_LINE = re.compile(r"^\W*step\b[\s:=#]*(\d+)(?:\s*/\s*\d+)?", re.IGNORECASE)
 # torchrun --tee puts "[default<rank>]:" before each line of a worker's output.
 TEE_PREFIX = re.compile(r"^\[(?:default|rank)?\d+\]:")
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf(?:inity)?)\b"
+# Seconds in one of each unit a printed time may carry (none: seconds).
+UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "secs": 1.0, "seconds": 1.0,
+         "m": 60.0, "min": 60.0, "mins": 60.0, "minutes": 60.0, "h": 3600.0, "hr": 3600.0, "hours": 3600.0}
+_UNIT = "|".join(sorted(UNITS, key=len, reverse=True))
 _TEXT_WHEN = {
-    name: re.compile(rf"(?<![\w/]){re.escape(name)}\s*[:=]?\s*({_NUMBER})\s*(ms|s)?(?![\w/])", re.IGNORECASE)
+    name: re.compile(
+        rf"(?<![\w/]){re.escape(name).replace('_', '[ _]')}\s*[:=]?\s*({_NUMBER})\s*({_UNIT})?(?![\w/])", re.IGNORECASE
+    )
     for _, names in WHEN_NAMES
     for name in names
 }
+# The word before a name that makes it part of a longer one ("total time", "step dt"),
+# unless that word is a value ("loss nan time 3").
+_WORD_BEFORE = re.compile(r"([a-z]+)[ _]$", re.IGNORECASE)
+_VALUE_WORDS = {"nan", "inf", "infinity"}
 
 
 _SHAPE = 'is neither a header nor a step record {"step": int, "time": seconds}'
@@ -70,6 +85,7 @@ class Record:
     step: int  # the 0-based index of the step just completed
     when: When  # what ``value`` is: an absolute time, seconds since the start, or the step's duration
     value: float
+    printed: bool = False  # from a printed "step N | ..." line, not JSON
 
 
 def _show(value: object) -> str:
@@ -91,6 +107,11 @@ def _seconds(value: object, name: str) -> float:
     return number
 
 
+def _scaled(value: object, scale: float, name: str) -> float:
+    """``value`` in units of ``scale`` seconds, as seconds (held to ``_seconds``'s bounds both ways)."""
+    return _seconds(_seconds(value, name) * scale, name)
+
+
 def _step(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_STEP:
         raise LineError(f"has step {_show(value)}, not a step index (an integer from 0)")
@@ -105,11 +126,25 @@ def _json_line(record: object) -> Header | Record:
     if "step" not in record:
         raise LineError(_SHAPE)
     step = _step(record["step"])
+    keys = {str(key).strip().lower().replace(" ", "_"): value for key, value in record.items()}
     for when, names in WHEN_NAMES:
         for name in names:
-            if name in record:
-                return Record(step, when, _seconds(record[name], "time" if when == "time" else name))
+            for suffix, scale in (("", 1.0), *((f"_{unit}", UNITS[unit]) for unit in UNITS)):
+                if name + suffix in keys:
+                    label = "time" if when == "time" else name + suffix
+                    return Record(step, when, _scaled(keys[name + suffix], scale, label))
     raise LineError(f"records step {step} but not when it ended (a time, elapsed seconds or dt)")
+
+
+def _text_when(rest: str, name: str) -> float | None:
+    """The seconds ``name`` says on the rest of a printed step line, or None: its first
+    use that is not the tail of a longer name ("time" in "total time: 0.16m")."""
+    for found in _TEXT_WHEN[name].finditer(rest):
+        before = _WORD_BEFORE.search(rest, 0, found.start())
+        if before is not None and before.group(1).lower() not in _VALUE_WORDS:
+            continue
+        return _scaled(float(found.group(1)), UNITS[(found.group(2) or "s").lower()], name)
+    return None
 
 
 def _text_line(text: str) -> Record:
@@ -120,16 +155,15 @@ def _text_line(text: str) -> Record:
     rest = text[match.end():]
     for when, names in WHEN_NAMES:
         for name in names:
-            found = _TEXT_WHEN[name].search(rest)
-            if found:
-                value = float(found.group(1)) / (1000.0 if (found.group(2) or "").lower() == "ms" else 1.0)
-                return Record(step, when, _seconds(value, "time" if when == "time" else name))
+            seconds = _text_when(rest, name)
+            if seconds is not None:
+                return Record(step, when, seconds, printed=True)
     raise LineError(f"records step {step} but not when it ended (time, elapsed or dt)")
 
 
 def parse_line(text: str) -> Header | Record | None:
     """The header or step record on ``text``; None for a blank line; LineError otherwise."""
-    text = TEE_PREFIX.sub("", text.strip(), count=1)
+    text = TEE_PREFIX.sub("", text.strip(), count=1).strip()
     if not text:
         return None
     if text[0] in "{[":
