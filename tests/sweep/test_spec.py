@@ -236,3 +236,21 @@ def test_a_trial_that_fails_a_completed_run_keeps_its_own_error_line(tmp_path: P
     with pytest.raises(TrialFailed, match="the run completed without a val_bpb"):
         run_one_trial(recipe_job, "t1", {"runtime.seed": 1}, sent.append)
     assert _error_of(SimpleNamespace(trial_id="t1"), recipe_job).startswith("the run completed without a val_bpb (see ")
+
+
+def test_nproc_is_the_recipe_trials_runtime_nproc(tmp_path: Path) -> None:
+    """nproc applies to recipe trials as `trnf train --nproc` does (runtime.nproc), is
+    checked against the recipe before anything starts, and is given once."""
+    base = {"space": {"optim.matrix_lr": {"grid": [0.01, 0.02]}}}
+    spec = read_spec(_spec(tmp_path, {**base, "nproc": 2}))
+    words = train_words(spec, {"optim.matrix_lr": 0.02}, "runs/x/t0")
+    assert words == ["cpu_smoke", "runtime.nproc=2", "optim.matrix_lr=0.02", "--out", "runs/x/t0"]
+    # Not given: the recipe's own runtime.nproc, untouched (nor written into the kept spec).
+    plain = read_spec(_spec(tmp_path, base))
+    assert plain.nproc is None and train_words(plain, {"optim.matrix_lr": 0.02}, "o")[1:2] == ["optim.matrix_lr=0.02"]
+    assert "nproc" not in plain.model_dump(exclude_none=True)
+    with pytest.raises(TrnfError, match=r"s\.yaml: nproc: 1000: cpu_smoke: invalid recipe: runtime\.nproc"):
+        read_spec(_spec(tmp_path, {**base, "nproc": 1000}))  # out of the recipe's bounds: said now, named
+    for extra, where in (({"overrides": ["runtime.nproc=4"]}, "overrides"), ({"space": {"runtime.nproc": {"grid": [1, 2]}}}, "space.runtime.nproc")):
+        with pytest.raises(TrnfError, match=f"nproc: {where} sets runtime.nproc too; give the process count once"):
+            read_spec(_spec(tmp_path, {**base, **extra, "nproc": 2}))

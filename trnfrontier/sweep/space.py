@@ -52,10 +52,10 @@ def params_of(spec: SweepSpec, config: dict[str, Any]) -> dict[str, Any]:
 
 def train_words(spec: SweepSpec, params: dict[str, Any], run_dir: str) -> list[str]:
     """What follows ``trnf train`` for a new trial: the recipe and its overrides (the
-    spec's, then the trial's), or ``--train-py`` and the script's flags; into ``run_dir``."""
+    spec's, nproc as runtime.nproc, then the trial's), or ``--train-py`` and the script's flags; into ``run_dir``."""
     if spec.recipe is not None:
-        return [spec.recipe, *spec.overrides, *(override(k, v) for k, v in params.items()), "--out", run_dir]
+        return [spec.recipe, *spec.base_overrides(), *(override(k, v) for k, v in params.items()), "--out", run_dir]
     flags = [*spec.args]
     for key, value in params.items():
         flags += [key, value if isinstance(value, str) else scalar(value)]
-    return ["--train-py", str(spec.train_py), "--nproc", str(spec.nproc), "--out", run_dir, "--", *flags]
+    return ["--train-py", str(spec.train_py), "--nproc", str(spec.nproc or 1), "--out", run_dir, "--", *flags]

@@ -14,6 +14,7 @@ metric: val_bpb                        # and mode: min (the metric's natural dir
 search: grid                           # grid | random | optuna (TPE)
 trials: 8                              # random / optuna: configurations to try
 concurrency: 2
+nproc: 1                               # processes per trial: runtime.nproc (kit: --nproc); default the recipe's
 resources: {cpu: 1, gpu: 0, neuron_cores: 0}   # per trial; Ray schedules on them
 early_stop: {reports: 4, grace_period: 0.25, reduction_factor: 2}   # ASHA, or omit
 ```
@@ -38,6 +39,7 @@ from trnfrontier.errors import TrnfError
 # Metrics a trial's summary.json (or its scores) holds, and the direction that is better.
 METRICS = {"val_bpb": "min", "final_loss": "min", "core": "max", "tokens_per_second": "max", "mfu": "max"}
 KINDS = ("grid", "choice", "uniform", "loguniform", "int")
+NPROC_KEY = "runtime.nproc"  # what `trnf train --nproc` sets
 
 
 class _Strict(BaseModel):
@@ -108,7 +110,7 @@ class SweepSpec(_Strict):
     overrides: list[str] = Field(default_factory=list, description="key.path=value for every trial.")
     train_py: str | None = Field(None, description="A kit-style train.py instead of a recipe.")
     args: list[str] = Field(default_factory=list, description="train_py: flags for every trial.")
-    nproc: int = Field(1, ge=1, description="train_py: processes per trial (torchrun); recipes: runtime.nproc.")
+    nproc: int | None = Field(None, ge=1, description="Processes per trial (torchrun): a recipe's runtime.nproc (default the recipe's), a train_py's --nproc (default 1).")
     space: dict[str, Dimension] = Field(default_factory=dict)
     seeds: list[int] | None = Field(None, min_length=1, description="Recipe runs: each configuration once per seed.")
     metric: Literal["val_bpb", "final_loss", "core", "tokens_per_second", "mfu"] = "val_bpb"
@@ -147,6 +149,11 @@ class SweepSpec(_Strict):
                                  "(trnf gives each trial its own) or set concurrency: 1")
         elif self.args:
             raise ValueError("args are a train_py's flags; a recipe sweep takes overrides")
+        elif self.nproc is not None:
+            named = [word for word in [*self.overrides, *self.space] if word.split("=", 1)[0] == NPROC_KEY]
+            if named:
+                where = "overrides" if named[0] in self.overrides else f"space.{NPROC_KEY}"
+                raise ValueError(f"nproc: {where} sets {NPROC_KEY} too; give the process count once")
         kinds = {key: dim.kind for key, dim in self.space.items()}
         if self.search == "grid":
             sampled = [key for key, kind in kinds.items() if kind != "grid"]
@@ -169,6 +176,10 @@ class SweepSpec(_Strict):
     @property
     def direction(self) -> str:
         return self.mode or METRICS[self.metric]
+
+    def base_overrides(self) -> list[str]:
+        """A recipe sweep's overrides for every trial: the spec's, then nproc as runtime.nproc."""
+        return [*self.overrides, *([override(NPROC_KEY, self.nproc)] if self.nproc is not None else [])]
 
     def expected_trials(self) -> int:
         """How many trials the sweep runs in all."""
@@ -232,15 +243,21 @@ def check_against_recipe(spec: SweepSpec, source: Path) -> None:
     from trnfrontier.recipes.loading import load_recipe
 
     load_recipe(spec.recipe, spec.overrides)  # the base itself (its own one-line errors)
+    base = spec.base_overrides()
+    if spec.nproc is not None:
+        try:
+            load_recipe(spec.recipe, base)
+        except TrnfError as exc:
+            raise TrnfError(f"{source}: nproc: {spec.nproc}: {exc}", exit_code=2) from None
     for key, dim in spec.space.items():
         for value in dim.probes():
             probe = int(value) if dim.kind == "int" else value
             try:
-                load_recipe(spec.recipe, [*spec.overrides, override(key, probe)])
+                load_recipe(spec.recipe, [*base, override(key, probe)])
             except TrnfError as exc:
                 raise TrnfError(f"{source}: space.{key} = {probe!r}: {exc}", exit_code=2) from None
     for seed in spec.seeds or []:
         try:
-            load_recipe(spec.recipe, [*spec.overrides, override("runtime.seed", seed)])
+            load_recipe(spec.recipe, [*base, override("runtime.seed", seed)])
         except TrnfError as exc:
             raise TrnfError(f"{source}: seeds: {seed}: {exc}", exit_code=2) from None
