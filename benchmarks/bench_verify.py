@@ -221,7 +221,7 @@ def _after(s: dict, tmp: Path, claim_bpb: float) -> dict:
     settings, starts = s["settings"], []
     started = time.perf_counter()
     done = confirm(Claim(claim_bpb, settings.tokens, settings.seq_len, "public_val"), settings, s["trusted"].scorer, s["tokenizer"],
-                   lambda: _timed_servers(s, tmp, 2, starts), seed=1, checkpoint=s["root"] / "checkpoint" / "model.safetensors",
+                   lambda: _timed_servers(s, tmp, 2, starts), checkpoint=s["root"] / "checkpoint" / "model.safetensors",
                    root=s["root"], names=s["names"])
     total = time.perf_counter() - started
     if not done.ok:

@@ -9,6 +9,7 @@ what it has seen), chance, and each of the ways a model could tell scoring from 
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -126,7 +127,7 @@ def _score(prepare_module: Any, model: Any, *, mixed: bool, seed: int = 1) -> tu
         wrapped = forward
         run = None
     else:
-        run = MixedPass((LocalServer(model), LocalServer(model)), 8, VOCAB + 1024, seed,
+        run = MixedPass((LocalServer(model), LocalServer(model)), 8, VOCAB + 1024, rng=random.Random(seed),
                         token_bytes=prepare_calls.call(prepare_module, "get_token_bytes", "cpu"))
         wrapped = run
 
@@ -159,6 +160,31 @@ def test_every_call_of_each_server_has_the_same_number_of_real_text_rows(sample_
     assert run is not None and len(set(sizes)) == 1 and sizes[0] == (run.rows_per_call, SEQ)
 
 
+def test_no_server_is_sent_a_source_window_twice_nor_shown_one_first(sample_home, prepare_module,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memorising model that has seen a window once (as an earlier check row, or as a splice's tail)
+    knows the token after any later cut in it: each server gets each source once, and tails only
+    from windows it already knows (its own scored ones, sources it was sent)."""
+    made: dict[int, list[Any]] = {0: [], 1: []}
+    original = MixedPass._check
+
+    def recording(self: MixedPass, server: int, length: int) -> Any:
+        check = original(self, server, length)
+        if check is not None:
+            made[server].append(check)
+        return check
+
+    monkeypatch.setattr(MixedPass, "_check", recording)
+    _score(prepare_module, Honest(), mixed=True)
+    for server, checks in made.items():
+        sources = [c.source for c in checks]
+        assert len(sources) >= 14 and len(set(sources)) == len(sources), (server, sources)
+        assert all(s % 2 != server for s in sources)
+        for k, check in enumerate(checks):
+            if check.kind == "splice":
+                assert check.donor % 2 == server or check.donor in sources[:k], (server, check.donor, sources[:k])
+
+
 def _calls_come_fast(x: Any, server: Any) -> bool:
     """Timing: the scored pass calls back to back (each call 0.05 s on this server's clock), a probe pauses."""
     clock = server.__dict__.setdefault("clock", FakeClock(tick=0.05))
@@ -178,7 +204,7 @@ CHEATS = {
     "reads-the-next-row": (Cheat(lambda x, s: True, "next-row"), "other rows"),
     "noise": (Cheat(lambda x, s: True, "noise"), "chance"),
     "counter-across-calls": (Cheat(lambda x, s: True, "counter"), "earlier calls"),
-    "memo-of-what-it-saw": (Memo(), "more than its own prefix"),
+    "memo-of-what-it-saw": (Memo(), "depends on"),
     # The probe sends 1, 8 and 32 rows: cheat only at the scored pass's row count.
     "only-at-the-scoring-row-count": (Cheat(lambda x, s: x.shape[0] == 8 // 2 + mixing.CHECK_ROWS), "depends on"),
     # The probe's rows are uniform random tokens: cheat only on rows that repeat tokens like text does.

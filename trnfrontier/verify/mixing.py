@@ -13,7 +13,12 @@ servers, both started the same way and never sharing anything:
   short: every call of every server has the same number of rows of real validation text;
 - a check row is built from a window the *other* server scores: a splice (the window's
   tokens up to a random cut, then real validation text from another window, from a random
-  offset) or a copy (the window itself, in another batch of another process);
+  offset) or a copy (the window itself, in another batch of another process); each server
+  is sent each source window at most once in a pass (while unsent ones remain), so no
+  earlier check row has shown it the token after a later one's cut;
+- every placement, cut and source is drawn from a 256-bit secret seed of the operating
+  system's (``secrets``), printed nowhere: a model that sees every batch cannot recover
+  it and so cannot tell which rows are checks, nor where a splice's cut is;
 - from the check row's logits and the scored window's, the log-probability each gives the
   scored window's own next token is compared at every position they share (a splice: before
   the cut; a copy: all of them, the last one against the next window's first token).
@@ -35,6 +40,7 @@ are stated with the honest float noise they sit above in ``docs/ci.md``.
 from __future__ import annotations
 
 import random
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +115,6 @@ class MixedPass:
     servers: tuple[ServedModel, ServedModel]
     batch_size: int
     vocab_limit: int
-    seed: int
     # Bytes of each token (the trusted get_token_bytes): targets of 0 bytes (the specials) never
     # count toward the score, so they are not compared either. None: every position is.
     token_bytes: Any = None
@@ -117,11 +122,11 @@ class MixedPass:
     windows: list[Any] = field(default_factory=list)  # every scored window's tokens (int64 [T]), in order
     _signatures: dict[int, Any] = field(default_factory=dict)  # window -> float64 [T] log p of its own next tokens
     _last_row: Any = None  # the newest window's last-position log-softmax, until its next token is seen
-    _rng: random.Random = field(init=False)
+    # Placements, cuts and sources. A short seed (the report's 31-bit one) could be found by
+    # trying every value against the batches a model sees; 256 bits cannot. Tests inject their own.
+    rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(256)))
+    _sent: tuple[set[int], set[int]] = field(default_factory=lambda: (set(), set()))  # source windows each server was sent
     calls: int = 0
-
-    def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
 
     @property
     def rows_per_call(self) -> int:
@@ -129,26 +134,36 @@ class MixedPass:
 
     # -- building a call -------------------------------------------------------------
     def _candidates(self, server: int, *, copy: bool) -> list[int]:
-        """Windows the other server scored (a copy also needs the window after it, for its last target)."""
+        """Windows the other server scored (a copy also needs the window after it, for its last target)
+        that ``server`` was not yet sent as a check row's source; all of them once none is left."""
         newest = len(self.windows) - 1
-        return [w for w in range(len(self.windows)) if w % 2 != server and (not copy or w < newest)]
+        pool = [w for w in range(len(self.windows)) if w % 2 != server and (not copy or w < newest)]
+        unsent = [w for w in pool if w not in self._sent[server]]
+        return unsent or pool
+
+    def _known(self, server: int) -> list[int]:
+        """Windows ``server`` has already been shown (its own scored ones, sources it was sent): a splice's
+        tail or a filler from these tells it nothing about a window it may later get as a source."""
+        return [w for w in range(len(self.windows)) if w % 2 == server or w in self._sent[server]]
 
     def _check(self, server: int, length: int) -> _Check | None:
         import torch
 
-        splice = self._rng.random() < SPLICE_SHARE or length < 2
+        splice = self.rng.random() < SPLICE_SHARE or length < 2
         pool = self._candidates(server, copy=not splice)
         if not pool:
             pool, splice = self._candidates(server, copy=False), True
         if not pool or len(self.windows) < 2:
             return None
-        source = self._rng.choice(pool)
+        source = self.rng.choice(pool)
+        self._sent[server].add(source)
         row = self.windows[source]
         if not splice:
             return _Check("copy", source, length, row.clone())
-        cut = self._rng.randint(1, length - 1)
-        donor = self._rng.choice([w for w in range(len(self.windows)) if w != source])
-        start = self._rng.randint(1, cut)  # ends inside the donor window: no window starts where it stops
+        cut = self.rng.randint(1, length - 1)
+        donors = [w for w in self._known(server) if w != source] or [w for w in range(len(self.windows)) if w != source]
+        donor = self.rng.choice(donors)
+        start = self.rng.randint(1, cut)  # ends inside the donor window: no window starts where it stops
         tail = self.windows[donor][start:start + length - cut]
         return _Check("splice", source, cut, torch.cat([row[:cut], tail]), donor)
 
@@ -157,8 +172,10 @@ class MixedPass:
         for _ in range(rows):
             check = self._check(server, length)
             if check is None:  # the very first call: nothing scored yet to copy; real text still fills the slot
-                donor = self.windows[self._rng.randrange(len(self.windows))]
-                check = _Check("filler", -1, 0, donor.clone())
+                known = self._known(server)
+                donor = self.rng.choice(known) if known else self.rng.randrange(len(self.windows))
+                self._sent[server].add(donor)
+                check = _Check("filler", -1, 0, self.windows[donor].clone())
             checks.append(check)
         return checks
 
@@ -175,7 +192,7 @@ class MixedPass:
             scored = [k for k in range(count) if (first + k) % 2 == server]
             checks = self._fill(server, self.rows_per_call - len(scored), length)
             slots = list(range(self.rows_per_call))
-            self._rng.shuffle(slots)
+            self.rng.shuffle(slots)
             batch = torch.empty(self.rows_per_call, length, dtype=torch.int64)
             for slot, k in zip(slots, scored, strict=False):
                 batch[slot] = x[k]

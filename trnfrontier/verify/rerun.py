@@ -35,12 +35,13 @@ class Rerun:
 
 
 def confirm(claim: Claim, settings: RerunSettings, scorer: TrustedScorer, tokenizer: Any,
-            servers: Callable[[], contextlib.AbstractContextManager[list[ServedModel]]], *, seed: int,
+            servers: Callable[[], contextlib.AbstractContextManager[list[ServedModel]]], *,
             checkpoint: Path, root: Path, names: list[str]) -> Rerun:
     """Rerun the score with two servers from ``servers()`` and judge it (ServerError and the scorer's
-    own errors propagate to the caller, which words them)."""
+    own errors propagate to the caller, which words them). The pass's check rows are drawn from
+    fresh secret randomness (``MixedPass.rng``), not from any seed the report prints."""
     with servers() as pair:
-        mixed = MixedPass((pair[0], pair[1]), settings.batch_size, scorer.vocab + VOCAB_SLACK, seed,
+        mixed = MixedPass((pair[0], pair[1]), settings.batch_size, scorer.vocab + VOCAB_SLACK,
                           token_bytes=scorer.token_bytes())
         result = scorer.evaluate(mixed, tokenizer, seq_len=settings.seq_len, tokens=settings.tokens, batch_size=settings.batch_size)
         refused = mixed.evidence.verdict()

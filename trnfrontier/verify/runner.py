@@ -78,7 +78,9 @@ class Options:
     limits: Limits = field(default_factory=Limits)
     # Run archive code without bubblewrap where it is unavailable (the report says so first).
     allow_unsandboxed: bool = False
-    # The contract probe's random cut points and rows; a fresh one per run unless given.
+    # The contract probe's random cut points and rows; a fresh one per run unless given, printed in
+    # the report so the probe can be repeated. The scored pass never uses it (MixedPass draws 256
+    # secret bits of its own): a seed a model could recover would tell it every check row.
     seed: int = field(default_factory=lambda: secrets.randbelow(1 << 31))
     # Set by verify_archive from sandbox.available().
     sandboxed: bool = True
@@ -325,7 +327,7 @@ def _rerun_check(root: Path, names: list[str], manifest: dict[str, Any], trusted
         return failed("rerun-eval", f"evaluation failed: {type(exc).__name__}: {exc}")
     try:
         rerun = confirm(claim, settings, scorer, tokenizer, lambda: closing_all(_serve(root, trusted, options, scratch, "rerun-eval", 2)),
-                        seed=options.seed, checkpoint=fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS), root=root, names=names)
+                        checkpoint=fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS), root=root, names=names)
     except ServerError as exc:
         return failed("rerun-eval", f"evaluation failed: {exc}")
     except Exception as exc:  # noqa: BLE001 - the trusted scorer's own errors on what the model returned
