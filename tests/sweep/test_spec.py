@@ -254,3 +254,11 @@ def test_nproc_is_the_recipe_trials_runtime_nproc(tmp_path: Path) -> None:
     for extra, where in (({"overrides": ["runtime.nproc=4"]}, "overrides"), ({"space": {"runtime.nproc": {"grid": [1, 2]}}}, "space.runtime.nproc")):
         with pytest.raises(TrnfError, match=f"nproc: {where} sets runtime.nproc too; give the process count once"):
             read_spec(_spec(tmp_path, {**base, **extra, "nproc": 2}))
+
+
+def test_a_cluster_trial_gets_the_drivers_trnf_neuron_and_kit_variables() -> None:
+    from trnfrontier.contract.kit import OUT_DIR_ENV
+    from trnfrontier.sweep.engine import forwarded_env
+
+    environ = {OUT_DIR_ENV: "/o", "TRNF_LEDGER": "/l", "TRNF_SUPERVISOR": "1", "NEURON_CC_FLAGS": "-O1", "HOME": "/h"}
+    assert forwarded_env(environ) == {OUT_DIR_ENV: "/o", "TRNF_LEDGER": "/l", "NEURON_CC_FLAGS": "-O1"}

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trnfrontier.contract.kit import ENV_PREFIX as KIT_ENV_PREFIX
 from trnfrontier.errors import TrnfError
 from trnfrontier.sweep import state as st
 from trnfrontier.sweep.space import params_of, tune_space
@@ -25,7 +26,7 @@ from trnfrontier.sweep.trial import SETTLE_SECONDS, Job, run_trial
 
 INSTALL_HINT = "`trnf sweep` needs Ray Tune: pip install 'trnfrontier[sweep]' (or: pip install 'ray[tune]' optuna)"
 # Forwarded to trials on a cluster (a local Ray's workers inherit the driver's environment).
-FORWARD_PREFIXES = ("TRNF_", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", "NEURON_COMPETITION_R1_")
+FORWARD_PREFIXES = ("TRNF_", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL", KIT_ENV_PREFIX)
 # The embedded Ray's shared-memory object store: trials pass no data through it.
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 Say = Callable[[str], None]
