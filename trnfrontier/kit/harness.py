@@ -43,6 +43,7 @@ from typing import Any
 
 from trnfrontier.child_env import child_env
 from trnfrontier.contract.allowed_imports import OPTIONAL_DISTRIBUTIONS, ORGANISER_DISTRIBUTIONS
+from trnfrontier.contract.budget import no_step_log, unread_step_log
 from trnfrontier.contract.kit import (
     COMPILE_ENV,
     ENV_PREFIX,
@@ -207,22 +208,28 @@ def dry_run_jail(work: Path, run_dir: Path, env: dict[str, str], prepare: Path |
                         writable=(run_dir, *writable), cwd=run_dir)
 
 
-def logged_boundaries(run_dir: Path) -> tuple[Boundary, ...]:
-    """(step, time) of each boundary the dry run's last process recorded; none when the log is
-    absent, unreadable or unsafe to read (a link, a FIFO, over ``STEP_LOG_CAP``). Only the steps
-    are counted, so a log without a header line is read from time 0 (its times are not used)."""
+def logged_boundaries(run_dir: Path) -> tuple[tuple[Boundary, ...], str]:
+    """((step, time) of each boundary the dry run's last process recorded, why there are
+    none): the log absent, unsafe to read (a link, a FIFO, over ``STEP_LOG_CAP``), in a form
+    trnf does not read, or holding no step, each said as that (never blamed on train.py when
+    it did write a log). Only the steps are counted, so a log without a header line is read
+    from time 0 (its times are not used)."""
+    path = run_dir / STEP_LOG_FILE
     try:
         data = hostfs.read_capped(run_dir, STEP_LOG_FILE, STEP_LOG_CAP)
-    except (OSError, hostfs.UnsafeFile):
-        return ()
+    except FileNotFoundError:
+        return (), no_step_log(path)
+    except (OSError, hostfs.UnsafeFile) as exc:
+        return (), f"the step log could not be read: {exc}"
     # Parsed from trnf's own copy: the reader opens a path, and this one no sandbox can touch.
     with tempfile.TemporaryDirectory(prefix="trnf-steplog-") as tmp:
         copy = Path(tmp) / STEP_LOG_FILE
         copy.write_bytes(data)
         try:
-            return read_step_log(copy, launch=0.0).last.boundaries
-        except (OSError, StepLogError, ValueError, TypeError, OverflowError, RecursionError):
-            return ()
+            boundaries = read_step_log(copy, launch=0.0).last.boundaries
+        except (OSError, StepLogError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            return (), f"the step log could not be read: {unread_step_log(path, exc)}"
+    return boundaries, "" if boundaries else f"the step log {path} records no step"
 
 
 def load_back(run_dir: Path, checkpoint: Path, *, python: Path, env: dict[str, str], timeout: float,
