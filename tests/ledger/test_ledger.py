@@ -16,15 +16,6 @@ from trnfrontier.ledger import official, reader
 BETTER = "optim.matrix_lr=0.03"
 
 
-@pytest.fixture()
-def ledger_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private ledger and a working directory whose runs/ holds the run directories."""
-    monkeypatch.setenv("TRNF_LEDGER", str(tmp_path / "ledger.sqlite"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "runs").mkdir()
-    return tmp_path / "runs"
-
-
 def seeds(root: Path, prefix: str, mean: float, n: int, rng: random.Random, overrides: list[str] | None = None) -> None:
     for i in range(n):
         make_run(root, f"{prefix}-s{i}", mean + rng.gauss(0, 0.0003), seed=1337 + i, overrides=overrides, created=float(i))

@@ -16,14 +16,6 @@ from trnfrontier.ledger.record import record_eval
 BUNDLE = "c" * 64
 
 
-@pytest.fixture()
-def ledger_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TRNF_LEDGER", str(tmp_path / "ledger.sqlite"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "runs").mkdir()
-    return tmp_path / "runs"
-
-
 def score_core(run: Path, core: float, bundle: str = BUNDLE, max_per_task: int | None = None) -> None:
     """What `trnf eval RUN --core` hands the ledger for one run."""
     result = {
