@@ -15,8 +15,9 @@ from verify_kit import build_archive, good_meta, pins_file
 from trnfrontier import submission as fmt
 from trnfrontier.contract.inference_source import inference_py_source
 from trnfrontier.contract.launch import launch_line
+from trnfrontier.contract.phases import PHASES
 from trnfrontier.verify import Options, verify_archive
-from trnfrontier.verify.inference_check import TV_TOLERANCE, total_variation
+from trnfrontier.verify.inference_check import TV_TOLERANCE, _time_check, total_variation
 
 SERVER = launch_line(64, 2)
 HONEST = inference_py_source()
@@ -77,7 +78,9 @@ def test_the_inference_py_trnf_writes_passes(sample_home: Path, tmp_path: Path) 
     checks = _verify(tmp_path, _phase2_archive(tmp_path, HONEST))
     assert checks["launch"].verdict == "pass" and checks["inference"].verdict == "pass", checks["inference"].reason
     assert f"tolerance {TV_TOLERANCE}" in checks["inference"].reason
-    assert "core-time" in checks and "min of the 60-minute limit" in checks["core-time"].reason
+    # The default bundle is the format sample: its time is no projection of CORE's, and verify says so.
+    time = checks["core-time"]
+    assert time.verdict == "skip" and not time.required and "--core-bundle PATH|URL" in time.reason, time.reason
     assert checks["_ok"], [(c.name, c.reason) for c in checks.values() if not isinstance(c, bool) and not c.ok]
 
 
@@ -87,6 +90,25 @@ def test_an_inference_py_that_scores_with_something_else_is_refused(sample_home:
     checks = _verify(tmp_path, _phase2_archive(tmp_path, source))
     assert checks["inference"].verdict == "fail" and not checks["_ok"]
     assert "consistent with load_for_eval off by TV" in checks["inference"].reason
+
+
+def _core_report(sample: bool, seconds_at_64: float) -> dict:
+    return {"format_sample": sample, "max_per_task": 4, "bundle": "b.zip",
+            "projection": {"limit_seconds": 3600.0, "items_in_bundle": 112 if sample else 90_000,
+                           "seconds_at_ranks": {"64": seconds_at_64}}}
+
+
+def test_core_time_on_the_format_sample_is_no_projection_and_names_the_flag() -> None:
+    check = _time_check(_core_report(True, 60.0), PHASES[2], 64)
+    assert check.verdict == "skip" and not check.required
+    assert "not a projection of the real CORE time" in check.reason and "--core-bundle PATH|URL" in check.reason
+
+
+def test_core_time_on_a_real_bundle_is_judged_against_the_limit() -> None:
+    within = _time_check(_core_report(False, 600.0), PHASES[2], 64)
+    assert within.verdict == "pass" and "10.0 min of the 60-minute limit" in within.reason
+    over = _time_check(_core_report(False, 7200.0), PHASES[2], 64)
+    assert over.verdict == "skip" and not over.required and "errs long" in over.reason
 
 
 def test_a_phase_2_archive_needs_inference_py_and_a_phase_2_launch(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ the other, and the probes are drawn afresh from ``seed`` for each verify run.
   more than the most shots a task takes) through
   inference.py with ``evaluate/core``, projected to the whole bundle at the launch's ranks
   against Phase 2's 60-minute limit. Measured on this CPU, so it errs long: over the limit
-  here is reported, not failed (run ``trnf eval --core`` on the target to know).
+  here is reported, not failed (run ``trnf eval --core`` on the target to know). On the
+  shipped format sample (``--core-bundle sample``, the default) it is skipped: the
+  sample's items project nothing about the real bundle's time.
 """
 
 from __future__ import annotations
@@ -184,6 +186,11 @@ def _time_check(report: dict[str, Any], phase: Phase, nproc: int) -> Check:
     at = projection["seconds_at_ranks"].get(str(nproc))
     if at is None:
         return _no_time(f"the projection has no figure for {nproc} ranks")
+    if report.get("format_sample"):
+        # The sample's items are a format example, not CORE's: their count and lengths say nothing of the real run's time.
+        return skipped("core-time", f"not a projection of the real CORE time: the bundle is the shipped format sample "
+                       f"({projection['items_in_bundle']:,} items, {at / 60:.1f} min at {nproc} ranks here); "
+                       "pass --core-bundle PATH|URL (the real CORE bundle) for a projection", required=False)
     line = (f"{report['max_per_task']} items per task through inference.py, projected to the bundle's "
             f"{projection['items_in_bundle']:,} items at {nproc} ranks: {at / 60:.1f} min of the {limit / 60:.0f}-minute limit "
             f"(bundle {report['bundle']}, measured on this CPU in the sandbox)")
