@@ -281,6 +281,15 @@ IGNORES_OUT_DIR = (
 )
 
 
+# A log of step durations only (dt): the time between steps is in no dt, so the charge is
+# short of the truth by it, and package/verify refuse such a log as proof of the budget.
+LOWER_BOUND_NOTE = (
+    "the charge ({charged:.1f} s) is a lower bound: the step log gives each step's duration only ({read}), so the time "
+    "between steps is not in it; `trnf package` and `trnf verify` will refuse this log as proof of the budget: have "
+    "record_step_boundary write when each step ended (an absolute time, time.time(), or seconds since the start)"
+)
+
+
 def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int | None]:
     """(status, failing rank), filling the run's problems and failure log."""
     outcome, accounting = seen.outcome, seen.accounting
@@ -315,6 +324,8 @@ def _judge(run: KitRun, seen: _Observed, options: KitOptions) -> tuple[str, int 
         run.problems.append(seen.how)
     if accounting and accounting["over_budget"]:
         run.problems.append(f"over budget: charged {accounting['charged_seconds']:.1f} s of {float(accounting.get('budget_seconds', BUDGET_SECONDS)):g} s")
+    if accounting and accounting.get("lower_bound"):
+        run.notes.append(LOWER_BOUND_NOTE.format(charged=float(accounting["charged_seconds"]), read=accounting.get("step_log")))
     if seen.checkpoint is None and status == COMPLETED:
         run.problems.append(f"train.py exited 0 but wrote no checkpoint (looked for *.pt under {seen.out.path}, "
                             f"and for {KIT_CHECKPOINT} and *.pt under {options.train_py.parent})")
