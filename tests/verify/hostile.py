@@ -129,6 +129,14 @@ EXECUTION: dict[str, Case] = {
     "daemon-via-subprocess": _runs(at_load=_IMPORTER + "_imp('subpro' + 'cess').Popen(['sleep', '120'], start_new_session=True)"),
     "kills-its-process-group": _runs(at_load="os.killpg(0, 9)"),
     "garbage-on-the-result-channel": _runs(module="import sys as _s\nfor _i, _a in enumerate(_s.argv):\n    if _a == '--fd-out':\n        os.write(int(_s.argv[_i + 1]), b'\\xff' * 64)"),
+    # A well-formed frame of its own on the result pipe at import, read as the ready message: its
+    # fields have the wrong types (the real server sends lists of strings).
+    "forges-a-ready-frame": _runs(module="import sys as _s, json as _j, struct as _st\n_m = _j.dumps({{'ready': True, 'hooks': 5}}).encode()\n"
+                                         "for _i, _a in enumerate(_s.argv):\n    if _a == '--fd-out':\n"
+                                         "        os.write(int(_s.argv[_i + 1]), _st.pack('<I', len(_m)) + _m)", says="'hooks' as an integer"),
+    # The server's own inspect answer replaced from forward (train.py runs in the server's process).
+    "forges-an-inspect-reply": _runs(forward=(_LOGITS, "        __import__('sys').modules['__main__']._inspect = lambda m: {'attempts': {'a': 1}}\n"
+                                              + _LOGITS), says="'attempts' as an object"),
     "patches-prepare-evaluate": _runs(module="import sys\nsys.modules.get('pre' + 'pare').evaluate_bpb = lambda *a, **k: {{'val_bpb': 0.5}}",
                                       claim={"val_bpb": 0.5}, fake=True),
     "patches-prepare-constant": _runs(module="import sys\nsys.modules.get('pre' + 'pare').TOKENIZER_VOCAB_SIZE = 100"),

@@ -238,7 +238,7 @@ class ServedModel:
             raise ServerError("the model server sent a malformed header (protocol violation)") from None
         if not isinstance(header, dict):
             raise ServerError("the model server sent a malformed header (protocol violation)")
-        return header
+        return _typed(header)
 
     def _message(self) -> dict[str, Any]:
         """A message without payload (ready, inspect, error): a payload here is a protocol violation."""
@@ -307,10 +307,10 @@ class ServedModel:
         if not (isinstance(shape, list) and len(shape) == 3 and shape[:2] == [batch, length]
                 and isinstance(shape[2], int) and not isinstance(shape[2], bool) and 1 <= shape[2] <= vocab_limit):
             raise ServerError(f"{what} returned shape {str(shape)[:80]}, expected [{batch}, {length}, vocab <= {vocab_limit}]")
-        if reply.get("nbytes") != batch * length * shape[2] * 4:
+        if type(reply.get("nbytes")) is not int or reply["nbytes"] != batch * length * shape[2] * 4:
             raise ServerError(f"{what} announced a payload that does not match its shape (protocol violation)")
         if "shares_prefixes" in reply:
-            self.info["shares_prefixes"] = bool(reply["shares_prefixes"])
+            self.info["shares_prefixes"] = reply["shares_prefixes"]
         payload = bytearray(self._read_exact(reply["nbytes"]))
         return torch.frombuffer(payload, dtype=torch.float32).reshape(batch, length, shape[2])
 
@@ -334,6 +334,33 @@ class ServedModel:
         if not isinstance(report, dict):
             raise ServerError("the model server's tensor report is not a JSON object")
         return report
+
+
+# The type of every header field verify reads (shape and nbytes are judged where they are used):
+# train.py runs in the server's process and can write a frame of its own to the result pipe,
+# so a field of another type is a refusal here, never a TypeError in a check that reads it.
+_LIST_FIELDS = ("prepare_changed", "hooks", "training", "attempts", "filled")
+_TYPED_FIELDS: dict[str, tuple[type, str]] = {"ready": (bool, "true or false"), "shares_prefixes": (bool, "true or false"),
+                                               "error": (str, "a string")}
+
+
+def _typed(header: dict[str, Any]) -> dict[str, Any]:
+    """``header`` when every field verify reads has its type, else ServerError naming the field."""
+    for name in _LIST_FIELDS:
+        value = header.get(name, [])
+        if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            raise ServerError(f"the model server's reply gives {name!r} as {_kind(value)}, not a list of strings (protocol violation)")
+    for name, (kind, words) in _TYPED_FIELDS.items():
+        if name in header and not isinstance(header[name], kind):
+            raise ServerError(f"the model server's reply gives {name!r} as {_kind(header[name])}, not {words} (protocol violation)")
+    return header
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind in words (never its content, which the sandbox chose)."""
+    if isinstance(value, list):
+        return "a list holding " + ", ".join(sorted({type(item).__name__ for item in value}))
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object"}.get(type(value), "null")
 
 
 def _int64(t: Any) -> Any:
