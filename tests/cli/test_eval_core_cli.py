@@ -95,3 +95,16 @@ def test_out_of_memory_under_core_names_a_flag_trnf_eval_takes(monkeypatch: pyte
     # The flag the hint names is one `trnf eval` parses (here refused only for lacking --core).
     code, _out, err = run_cli(["eval", str(tmp_path / "no-such-run"), flag, value], capsys)
     assert code == 2 and f"{flag} go(es) with --core" in err
+
+
+def test_an_unscorable_bundle_item_is_one_line_naming_its_file_and_line(sample_home: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.evaluate.core.core_helpers import write_bundle
+
+    items = "".join(f'{{"context": "item {n}", "continuation": " yes"}}\n' for n in range(1, 6)) + '{"context": "th", "continuation": "e"}\n'
+    task = {"label": "lm", "icl_task_type": "language_modeling", "dataset_uri": "lm.jsonl", "num_fewshot": [0], "continuation_delimiter": ""}
+    bundle = write_bundle(tmp_path / "bundle", [task], {"lm": 0}, {"lm.jsonl": items})
+    run = _save_run(tmp_path / "run", head_std=0.5)
+    code, _out, err = run_cli(["eval", str(run), *FAST, "--core", "--bundle", str(bundle)], capsys)
+    assert code == 1 and "Traceback" not in err
+    assert "bundle/eval_data/lm.jsonl:6 (task 'lm'): the prompt without its continuation does not tokenize" in err

@@ -266,6 +266,8 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
     tokenizer_sha = getattr(tokenizer, "sha256", None) or tokenizer_sha256_of(contract.path)[0]
     current = {"prepare_sha256": contract.sha256, "tokenizer_sha256": tokenizer_sha}
     result: dict[str, Any] = {"device": str(device), "prepare_path": str(contract.path), **current}
+    if spec.core is not None:
+        _check_core(spec, tokenizer)  # a bundle item no model can score fails before the load
 
     started = time.perf_counter()
     if spec.train_py:
@@ -350,6 +352,15 @@ def _samples(spec: WorkerSpec, model: torch.nn.Module, tokenizer: Any, seq_len: 
         ids = generate(model, prompt_ids, spec.sample_tokens, seq_len, device, temperature, generator)
         samples.append({"temperature": temperature, "text": tokenizer.decode(ids)})
     return samples
+
+
+def _check_core(spec: WorkerSpec, tokenizer: Any) -> None:
+    from trnfrontier.evaluate.core.run import check_job
+
+    try:
+        check_job(spec.core or {}, tokenizer)
+    except TrnfError as exc:
+        raise WorkerError("core", f"CORE: {exc}") from None
 
 
 def _core(spec: WorkerSpec, model: Any, tokenizer: Any, device: torch.device) -> dict[str, Any]:

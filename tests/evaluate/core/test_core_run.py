@@ -94,3 +94,39 @@ def test_two_gloo_ranks_share_the_items_and_agree_with_one(tmp_path: Path, sampl
     assert errors[0] == errors[1] and "does not tokenize to a prefix" in errors[0] and errors[0].startswith("rank ")
     with pytest.raises(TrnfError, match="does not tokenize to a prefix"):
         evaluate_core(fetch.resolve(str(bad)), elementwise_model(), tokenizer, torch.device("cpu"), CoreOptions())
+
+
+def _lm_bundle(root: Path, bad_line: int, lines: int = 8) -> Path:
+    """A language-modeling task whose item on ``bad_line`` cannot be scored ("th" + "e"
+    tokenizes as "the": the prompt without its continuation is no token prefix)."""
+    items = [
+        '{"context": "th", "continuation": "e"}' if number == bad_line else f'{{"context": "item {number}", "continuation": " yes"}}'
+        for number in range(1, lines + 1)
+    ]
+    task = {"label": "lm", "icl_task_type": "language_modeling", "dataset_uri": "lm.jsonl", "num_fewshot": [0], "continuation_delimiter": ""}
+    return write_bundle(root, [task], {"lm": 0}, {"lm.jsonl": "\n".join(items) + "\n"})
+
+
+@pytest.mark.parametrize("bad_line", [2, 8])
+def test_an_unscorable_item_is_named_by_file_and_line_through_the_shuffle(tmp_path: Path, tokenizer, bad_line: int) -> None:
+    from trnfrontier.evaluate.core import render
+    from trnfrontier.evaluate.core.run import check_continuations
+
+    assert render.shuffled_order(8, None).index(bad_line - 1) != bad_line - 1  # the shuffle moves it
+    resolved = fetch.resolve(str(_lm_bundle(tmp_path / "bad", bad_line)))
+    where = f"bad/eval_data/lm.jsonl:{bad_line} (task 'lm'): the prompt without its continuation does not tokenize to a prefix"
+    with pytest.raises(TrnfError) as before_any_model:
+        check_continuations(resolved.bundle, tokenizer, None)
+    assert str(before_any_model.value).startswith(where)
+    with pytest.raises(TrnfError) as while_scoring:
+        evaluate_core(resolved, elementwise_model(), tokenizer, torch.device("cpu"), CoreOptions())
+    assert str(while_scoring.value).startswith(where)
+
+
+def test_a_crop_failure_is_named_by_file_and_line(tmp_path: Path, tokenizer) -> None:
+    long_choice = " ".join(["word"] * 40)
+    items = ['{"query": "q1", "choices": [" a", " b"], "gold": 0}', f'{{"query": "q2", "choices": [" a", "{long_choice}"], "gold": 0}}']
+    task = {"label": "mc", "icl_task_type": "multiple_choice", "dataset_uri": "mc.jsonl", "num_fewshot": [0]}
+    resolved = fetch.resolve(str(write_bundle(tmp_path / "long", [task], {"mc": 50}, {"mc.jsonl": "\n".join(items) + "\n"})))
+    with pytest.raises(TrnfError, match=r"^long/eval_data/mc\.jsonl:2 \(task 'mc'\): its scored tokens start"):
+        evaluate_core(resolved, elementwise_model(), tokenizer, torch.device("cpu"), CoreOptions(crop=16))

@@ -67,6 +67,11 @@ class Bundle:
     def data_path(self, task: Task) -> Path:
         return self.root / DATA_DIR / task.dataset_uri
 
+    def origin(self, task: Task, position: int) -> str:
+        """Where the task's item at file position ``position`` (0-based) is: ``file:line``
+        (one item per line, no blank lines: ``read_items`` refuses them)."""
+        return f"{_where(self.data_path(task), self.root)}:{position + 1}"
+
     def items(self, task: Task) -> list[dict[str, Any]]:
         """The task's items in file order, each checked against its type."""
         return read_items(self.data_path(task), task.kind, self.root)

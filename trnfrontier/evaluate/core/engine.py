@@ -19,15 +19,17 @@ from trnfrontier.evaluate.core.sequences import ItemRows, item_rows
 
 
 def task_rows(
-    task: Task, items: list[dict[str, Any]], indices: list[int], tokenizer: Any, crop: int | None
+    task: Task, items: list[dict[str, Any]], indices: list[int], tokenizer: Any, crop: int | None,
+    origins: list[str] | None = None,
 ) -> list[ItemRows]:
-    """The rows of ``items[i]`` for each i in ``indices`` (``items`` in scoring order)."""
+    """The rows of ``items[i]`` for each i in ``indices`` (``items`` in scoring order;
+    ``origins[i]``, the ``file:line`` of ``items[i]``, names an item that cannot be scored)."""
     prompts = [render.prompts(task.kind, items, i, task.num_fewshot, task.delimiter) for i in indices]
     flat = [text for group in prompts for text in group]
     tokens = tokenizer.encode(flat, prepend=tokenizer.get_bos_token_id()) if flat else []
     out, at = [], 0
     for i, group in zip(indices, prompts, strict=True):
-        where = f"task {task.label!r}, item {i} (in scoring order)"
+        where = f"{origins[i]} (task {task.label!r})" if origins else f"task {task.label!r}, item {i} (in scoring order)"
         out.append(item_rows(task.kind, items[i], [list(t) for t in tokens[at : at + len(group)]], crop, where))
         at += len(group)
     return out

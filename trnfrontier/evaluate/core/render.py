@@ -30,11 +30,18 @@ FEWSHOT_SEED = 1234
 SHOT_SEPARATOR = "\n\n"
 
 
-def shuffled(items: list[dict[str, Any]], max_per_task: int | None) -> list[dict[str, Any]]:
-    """The order items are scored (and shots are drawn) in, subsampled when asked."""
-    order = list(items)
+def shuffled_order(count: int, max_per_task: int | None) -> list[int]:
+    """The file positions of a task's ``count`` items in the order they are scored (and
+    shots are drawn) in, subsampled when asked. ``random.shuffle``'s permutation depends
+    only on the length, so this is the order nanochat's shuffle of the items gives."""
+    order = list(range(count))
     random.Random(SHUFFLE_SEED).shuffle(order)
     return order[:max_per_task] if max_per_task and max_per_task > 0 else order
+
+
+def shuffled(items: list[dict[str, Any]], max_per_task: int | None) -> list[dict[str, Any]]:
+    """The items in scoring order (``shuffled_order``)."""
+    return [items[k] for k in shuffled_order(len(items), max_per_task)]
 
 
 def fewshot_indices(index: int, count: int, num_fewshot: int) -> list[int]:

@@ -26,7 +26,7 @@ import torch
 from trnfrontier.contract.phases import phase
 from trnfrontier.errors import TrnfError
 from trnfrontier.evaluate.core import render
-from trnfrontier.evaluate.core.bundle import read_bundle
+from trnfrontier.evaluate.core.bundle import Bundle, Task, read_bundle
 from trnfrontier.evaluate.core.engine import score_rows, task_rows
 from trnfrontier.evaluate.core.fetch import ResolvedBundle
 from trnfrontier.evaluate.core.job import DEFAULT_BATCH_TOKENS, CoreJob
@@ -77,14 +77,32 @@ def _gather(local: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _score_task(task: Any, in_bundle: list[dict[str, Any]], scorer: Any, options: CoreOptions, tokenizer: Any,
+def _in_scoring_order(bundle: Bundle, task: Task, max_per_task: int | None) -> tuple[int, list[dict[str, Any]], list[str]]:
+    """(items in the bundle, the scored items in scoring order, the ``file:line`` of each)."""
+    in_bundle = bundle.items(task)
+    order = render.shuffled_order(len(in_bundle), max_per_task)
+    return len(in_bundle), [in_bundle[k] for k in order], [bundle.origin(task, k) for k in order]
+
+
+def check_continuations(bundle: Bundle, tokenizer: Any, max_per_task: int | None) -> None:
+    """Refuse, naming ``file:line``, a language-modeling item whose prompt without its
+    continuation does not tokenize to a prefix of the prompt with it: no model is needed
+    to find one, so a worker finds it before loading the model. (Crop failures wait for
+    the model: its own ``max_seq_len`` may set the crop.)"""
+    for task in bundle.tasks:
+        if task.kind == "language_modeling":
+            _count, items, origins = _in_scoring_order(bundle, task, max_per_task)
+            task_rows(task, items, list(range(len(items))), tokenizer, None, origins)
+
+
+def _score_task(task: Task, bundle: Bundle, scorer: Any, options: CoreOptions, tokenizer: Any,
                 tolerance: float, share: bool, bar: Steps) -> dict[str, Any]:
-    """This rank's verdicts of one task (``in_bundle``: its items in file order)."""
-    items = render.shuffled(in_bundle, options.max_per_task)
+    """This rank's verdicts of one task."""
+    in_bundle, items, origins = _in_scoring_order(bundle, task, options.max_per_task)
     rank, world = _rank_and_world()
     mine = list(range(rank, len(items), world))
     started = time.perf_counter()
-    rows = task_rows(task, items, mine, tokenizer, options.crop)
+    rows = task_rows(task, items, mine, tokenizer, options.crop, origins)
     reported = 0
 
     def on_rows(done: int, total: int) -> None:
@@ -98,7 +116,7 @@ def _score_task(task: Any, in_bundle: list[dict[str, Any]], scorer: Any, options
     verdicts = score_rows(scorer, rows, batch_tokens=options.batch_tokens, tolerance=tolerance, share_prefixes=share, on_rows=on_rows)
     bar.advance(len(mine) - reported)
     return {
-        "in_bundle": len(in_bundle),
+        "in_bundle": in_bundle,
         "indices": mine,
         "correct": [v.correct for v in verdicts],
         "near": [v.near_tie for v in verdicts],
@@ -115,8 +133,7 @@ def _local_results(resolved: ResolvedBundle, model: Any, tokenizer: Any, device:
     local: dict[str, Any] = {"tasks": {}, "tolerance": tolerance, "error": None}
     try:
         for task in resolved.bundle.tasks:
-            items = resolved.bundle.items(task)
-            local["tasks"][task.label] = _score_task(task, items, scorer, options, tokenizer, tolerance, share, bar)
+            local["tasks"][task.label] = _score_task(task, resolved.bundle, scorer, options, tokenizer, tolerance, share, bar)
     except TrnfError as exc:
         local["error"] = str(exc)
     return local
@@ -196,6 +213,12 @@ def _report(resolved: ResolvedBundle, options: CoreOptions, everyone: list[dict[
             "seconds_at_ranks": {str(r): projected / r for r in ranks},
         },
     }
+
+
+def check_job(job: dict[str, Any], tokenizer: Any) -> None:
+    """``check_continuations`` on the job a parent sent, before the model loads."""
+    spec = CoreJob(**job)
+    check_continuations(read_bundle(Path(spec.bundle_root)), tokenizer, spec.max_per_task)
 
 
 def run_job(job: dict[str, Any], model: Any, tokenizer: Any, device: torch.device, progress: Steps | None = None) -> dict[str, Any]:
