@@ -297,7 +297,8 @@ def table_command(
 ) -> None:
     """The ablation table: completed runs grouped by one key, each setting's mean val_bpb,
     spread and confidence interval, and its difference from a baseline setting (Welch's
-    test); CONFOUNDED where step counts differ by more than 10%."""
+    test); CONFOUNDED where step counts differ by more than 10%. Notes under the table
+    name the other keys a row pools and the runs it leaves out (stopped, failed)."""
     import fnmatch
 
     from trnfrontier.ledger import ablation
@@ -308,7 +309,8 @@ def table_command(
         from trnfrontier.errors import UsageError
 
         raise UsageError(f"--format {output_format}: one of {', '.join(ablation.FORMATS)}")
-    chosen = select(load_runs(note=_note), Filters(name=name, recipe=recipe, status=COMPLETED))
+    # Every status: the runs that did not complete are counted as left out, per setting.
+    chosen = select(load_runs(note=_note), Filters(name=name, recipe=recipe))
     if sweep is not None:
         chosen = [r for r in chosen if r.get("sweep") and fnmatch.fnmatchcase(r["sweep"], sweep)]
     document = ablation.build(chosen, by, baseline, confidence)

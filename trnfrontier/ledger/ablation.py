@@ -20,6 +20,8 @@ from trnfrontier import stats
 from trnfrontier.errors import UsageError
 from trnfrontier.ledger import confound, reader, scores
 from trnfrontier.ledger.compare import check_comparable
+from trnfrontier.runtime.rundir import COMPLETED, CRASHED, DIVERGED, INTERRUPTED, TIMED_OUT
+from trnfrontier.sweep.space import SEED_KEY
 
 FORMATS = ("md", "latex", "csv")
 
@@ -40,11 +42,16 @@ def _label(value: Any) -> str:
 
 
 def build(runs: list[dict[str, Any]], key: str, baseline: str | None = None, confidence: float = 0.95) -> dict[str, Any]:
-    """The table as a JSON-ready document (rows in the order of their values)."""
-    pairs = [(run, scores.primary_score(run)) for run in runs]
+    """The table as a JSON-ready document (rows in the order of their values). ``runs``
+    are every run asked about: those that completed with a score make the rows; the
+    others are counted per setting as left out (``left_out``), and the keys that vary
+    within a row besides ``key`` are named (``pooled``), as the notes under the table do."""
+    pairs = [(run, scores.primary_score(run) if run.get("status") == COMPLETED else None) for run in runs]
     scored = [(run, score) for run, score in pairs if score is not None]
+    left_out = _left_out([run for run, score in pairs if score is None], key)
     if not scored:
-        raise UsageError("no scored runs match; `trnf runs` lists them (score runs with `trnf eval`)")
+        counted = f" ({_counts_text(_total(left_out))} left out)" if left_out else ""
+        raise UsageError(f"no scored runs match{counted}; `trnf runs` lists them (score runs with `trnf eval`)")
     check_comparable(scored)
     groups: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for run, score in scored:
@@ -58,8 +65,74 @@ def build(runs: list[dict[str, Any]], key: str, baseline: str | None = None, con
         raise UsageError(f"--baseline {baseline}: no run has {key}={baseline} (settings: {', '.join(labels)})")
     base = groups[chosen]
     rows = [_row(label, groups[label], base, label == chosen, confidence) for label in labels]
+    for row in rows:
+        row["pooled"] = pooled(key, [run for run, _ in groups[row["value"]]])
+        row["left_out"] = left_out.get(row["value"], {})
     setting = {name: scored[0][1].get(name) for name in scores.SETTING_FIELDS}
-    return {"by": key, "baseline": chosen, "confidence": confidence, "setting": setting, "rows": rows}
+    document = {"by": key, "baseline": chosen, "confidence": confidence, "setting": setting, "rows": rows,
+                "left_out": {label: left_out[label] for label in sorted(left_out, key=_sort_key)}}  # fmt: skip
+    document["notes"] = notes(document)
+    return document
+
+
+# Why a run has no place in the table: ASHA's (or anyone's) stop, a failure, no end yet.
+_LEFT_OUT_AS: dict[str, str] = {
+    INTERRUPTED: "stopped", CRASHED: "failed", DIVERGED: "failed", TIMED_OUT: "failed", COMPLETED: "unscored",
+}  # fmt: skip
+
+
+def _left_out(runs: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
+    """Per setting of ``key``, how many runs are left out and why (stopped, failed, ...)."""
+    found: dict[str, dict[str, int]] = {}
+    for run in runs:
+        value = value_of(run, key)
+        if value is _MISSING:
+            continue  # not a run of this ablation
+        why = _LEFT_OUT_AS.get(str(run.get("status")), "unfinished")
+        counts = found.setdefault(_label(value), {})
+        counts[why] = counts.get(why, 0) + 1
+    return found
+
+
+def _total(left_out: dict[str, dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in left_out.values():
+        for why, n in counts.items():
+            total[why] = total.get(why, 0) + n
+    return total
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {why}" for why, n in counts.items())
+
+
+def pooled(key: str, runs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The other keys (sweep parameters, overrides) whose values differ among one row's
+    runs, with those values: the row's mean pools them."""
+    candidates: list[str] = []
+    for run in runs:
+        named = [*(run.get("sweep_params") or {}), *(w.split("=", 1)[0] for w in run.get("overrides") or [] if "=" in w)]
+        # Seeds are not a setting: they are what a row's spread is over.
+        candidates += [k for k in named if k not in candidates and k not in (key, SEED_KEY)]
+    found: dict[str, list[str]] = {}
+    for candidate in candidates:
+        values = {"-" if v is _MISSING else _label(v) for v in (value_of(run, candidate) for run in runs)}
+        if len(values) > 1:
+            found[candidate] = sorted(values, key=_sort_key)
+    return found
+
+
+def notes(document: dict[str, Any]) -> list[str]:
+    """The lines under the table: what each row pools, and what it leaves out."""
+    lines = []
+    mixed = [f"{row['value']}: " + ", ".join(f"{k} {'/'.join(v)}" for k, v in row["pooled"].items())
+             for row in document["rows"] if row["pooled"]]  # fmt: skip
+    if mixed:
+        lines.append(f"note: rows pool runs in which other keys vary too ({'; '.join(mixed)})")
+    if document["left_out"]:
+        shown = "; ".join(f"{label}: {_counts_text(counts)}" for label, counts in document["left_out"].items())
+        lines.append(f"note: left out, with no score ({document['by']} = {shown})")
+    return lines
 
 
 def _sort_key(label: str) -> tuple[int, float, str]:
@@ -107,6 +180,8 @@ def _cells(row: dict[str, Any]) -> list[str]:
     notes = (["CONFOUNDED (steps)"] if row["confounded"] else []) + [
         f"{e['key']} differs" for e in row["environment_differences"]
     ]  # fmt: skip
+    notes += [f"pools {', '.join(row['pooled'])}"] if row["pooled"] else []
+    notes += [f"left out {_counts_text(row['left_out'])}"] if row["left_out"] else []
     ci = "-" if row["ci_half_width"] is None else f"± {row['ci_half_width']:.4f}"
     return [row["value"], str(row["n"]), f"{row['mean']:.4f}", num(row["sd"], ".4f"), ci,
             num(row["steps"], ",.0f"), versus, p, "; ".join(notes)]  # fmt: skip
@@ -127,8 +202,12 @@ def render(document: dict[str, Any], fmt: str) -> str:
     if fmt == "md":
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
+        # A blank line first: the notes are a paragraph under the table, not a row of it.
+        lines += ["", *document["notes"]] if document["notes"] else []
         return "\n".join(lines) + "\n"
-    return _latex(header, body)
+    # LaTeX: the notes as comments after the tabular (the table itself unchanged); CSV: in
+    # each row's note column only, so the file stays one table.
+    return _latex(header, body) + "".join(f"% {_tex(line)}\n" for line in document["notes"])
 
 
 # LaTeX's special characters in the order they are replaced (the backslash first, so the
