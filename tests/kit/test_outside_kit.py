@@ -86,3 +86,37 @@ def test_a_kit_without_a_step_log_header_trains_dry_runs_packages_and_verifies(k
     assert budget["verdict"] == "pass", budget
     assert "start time from trnf's launch of the run (the log has no header line) (as summary.json records it)" in budget["reason"]
     assert verify.returncode == 0, [c for c in report["checks"] if c["verdict"] == "fail"]
+
+
+# nanochat's progress line, no JSON, as a kit's record_step_boundary might append it.
+NANOCHAT_RECORD = '''_T0 = [time.time(), time.time()]
+
+
+def record_step_boundary(step):
+    """nanochat's printed progress line: the step, its dt, the total time in minutes."""
+    path = os.environ.get("NEURON_COMPETITION_R1_STEP_LOG")
+    if path and get_dist_info()[1] == 0:
+        now, dt = time.time(), time.time() - _T0[1]
+        _T0[1] = now
+        with open(path, "a") as handle:
+            handle.write(f"step {int(step):05d}/00010 ({step * 10:.2f}%) | loss: 3.2 | lrm: 1.00 | dt: {dt * 1000:.2f}ms | "
+                         f"tok/sec: 12,345 | mfu: 10.1 | total time: {(now - _T0[0]) / 60:.2f}m\\n")
+'''
+
+
+@pytest.mark.slow
+def test_a_kit_printing_nanochats_progress_lines_to_its_step_log_trains_and_packages(kit: tuple[Path, dict[str, str]]) -> None:
+    folder, env = kit
+    printed = folder.parent / "printed_kit"
+    shutil.copytree(folder, printed, ignore=shutil.ignore_patterns("runs", "out", "*.tar", "__pycache__"))
+    source = (printed / "prepare.py").read_text()
+    start, end = source.index("def record_step_boundary"), source.index("@torch.no_grad()", source.index("def record_step_boundary"))
+    (printed / "prepare.py").write_text(source[:start] + NANOCHAT_RECORD + "\n\n" + source[end:])
+    run = _trnf((printed, env), "train", "--train-py", "train.py", "--out", "runs/r1", "--timeout", "600")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    summary = json.loads((printed / "runs" / "r1" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["problems"] == [] and summary["steps"] == 10
+    assert summary["step_log"].startswith("printed step lines (step, elapsed seconds); start time from trnf's launch")
+    assert "lower bound" not in run.stdout + run.stderr
+    package = _trnf((printed, env), "package", "--train-py", "train.py", "--run-dir", "runs/r1", "-o", "submission.tar")
+    assert package.returncode == 0, package.stderr[-3000:]
