@@ -370,3 +370,45 @@ def test_fewer_tokens_than_requested_says_so(sample_home: Path, tmp_path: Path, 
     scored = int(out.split(" tokens scored of the 10,000,000 tokens (--tokens) requested: the validation split holds no more")[0].split()[-1].replace(",", ""))
     assert 0 < scored < 10_000_000
     assert "DIFFERENT" not in out
+
+
+def _kit_run(tmp_path: Path) -> tuple[Path, Path]:
+    """(train.py, the checkpoint) of a kit run as `trnf train --train-py` leaves it: runs/r1/out/final.pt,
+    no manifest beside it, runs/r1/summary.json recording its SHA256."""
+    from trnfrontier.runtime.integrity import file_sha256
+
+    train_py = _kit_train_py(tmp_path / "kit")
+    checkpoint = tmp_path / "kit" / "runs" / "r1" / "out" / "final.pt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"model_state": {"w": torch.arange(4096, dtype=torch.float32)}, "meta": {"step": 10}}, checkpoint)
+    summary = {"status": "completed", "final_checkpoint": str(checkpoint), "checkpoint_sha256": file_sha256(checkpoint)}
+    (checkpoint.parent.parent / "summary.json").write_text(json.dumps(summary))
+    return train_py, checkpoint
+
+
+def test_a_kit_checkpoint_is_checked_against_its_runs_summary(tmp_path: Path) -> None:
+    from trnfrontier.evaluate.library import Target, check_target
+
+    train_py, checkpoint = _kit_run(tmp_path)
+    summary = checkpoint.parent.parent / "summary.json"
+    assert check_target(Target(checkpoint, train_py)) == {"integrity": f"SHA256 checked against {summary} (the kit run's record)"}
+    # a summary that names another file vouches for nothing here
+    (summary).write_text(json.dumps({**json.loads(summary.read_text()), "final_checkpoint": str(tmp_path / "other.pt")}))
+    assert check_target(Target(checkpoint, train_py)) == {"integrity": None}
+
+
+def test_a_flipped_byte_in_a_kit_runs_final_pt_is_refused_by_name(
+    sample_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outside's case: `trnf eval --train-py train.py --checkpoint runs/r1/out/final.pt` scored a flipped bit."""
+    from tests.runtime.test_checkpoint_integrity import flip_byte
+
+    train_py, checkpoint = _kit_run(tmp_path)
+    flip_byte(checkpoint, 0.6)  # inside the tensor data: the file still loads
+    _no_worker(monkeypatch)
+    code, stdout, err = run_cli(["eval", "--train-py", str(train_py), "--checkpoint", str(checkpoint), *FAST], capsys)
+    (line,) = [line for line in err.splitlines() if line.startswith("trnf:")]
+    assert code == 1 and stdout == "" and "Traceback" not in err
+    summary = checkpoint.parent.parent / "summary.json"
+    assert line.startswith(f"trnf: error: {checkpoint} is damaged (its SHA256 differs from the one {summary} recorded")
+    assert "refusing to score it: restore the file from a copy, or train the run again" in line

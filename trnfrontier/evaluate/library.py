@@ -27,7 +27,12 @@ from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.evaluate.spec import WorkerSpec
 from trnfrontier.progress import Steps, relay
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
-from trnfrontier.runtime.integrity import DamagedFileError, check_file, check_weights
+from trnfrontier.runtime.integrity import (
+    DamagedFileError,
+    check_file,
+    check_recorded_sha256,
+    check_weights,
+)
 from trnfrontier.runtime.prepare_calls import constant, missing_names
 from trnfrontier.runtime.rundir import FINAL_DIR, RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.submission import INFERENCE_PY
@@ -226,9 +231,25 @@ def check_target(target: Target) -> dict[str, Any]:
     except FileNotFoundError:
         return {"integrity": None}  # nothing to score either: the worker says so
     try:
-        return {"integrity": check_weights(weights)}
+        checked = check_weights(weights)
+        if checked is None and target.train_py is not None:
+            checked = _check_kit_record(weights)
+        return {"integrity": checked}
     except DamagedFileError as exc:
         return {"error": f"{exc}; {_repair(exc.path)}", "error_kind": "damaged"}
+
+
+def _check_kit_record(checkpoint: Path) -> str | None:
+    """A kit checkpoint no manifest records, against the SHA256 its kit run's summary.json
+    took when the run ended (`trnf train --train-py` writes it to <run>/out/, the summary to
+    <run>/): what it was checked against, or None when no summary there names this file."""
+    for run_dir in (checkpoint.parent.parent, checkpoint.parent):
+        summary = _read_json(run_dir / SUMMARY_FILE)
+        recorded, wrote = (summary or {}).get("checkpoint_sha256"), (summary or {}).get("final_checkpoint")
+        if isinstance(recorded, str) and isinstance(wrote, str) and Path(wrote).resolve() == checkpoint.resolve():
+            check_recorded_sha256(checkpoint, recorded, run_dir / SUMMARY_FILE)
+            return f"SHA256 checked against {run_dir / SUMMARY_FILE} (the kit run's record)"
+    return None
 
 
 def _repair(damaged: Path) -> str:
