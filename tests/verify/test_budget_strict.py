@@ -109,3 +109,45 @@ def test_a_real_archive_whose_checkpoint_says_it_ran_over_is_refused(tmp_path: P
     (budget,) = [c for c in report.checks if c.name == "budget"]
     assert not report.ok and budget.verdict == "fail"
     assert "the archive says the run went over budget: checkpoint/final.pt meta: over_budget is true" in budget.reason
+
+
+def _checkpoint(root: Path) -> Check:
+    """verify's checkpoint check of an extracted archive, with the manifest's parameter count right."""
+    from trnfrontier.contract.checkpoint import scan_safetensors
+    from trnfrontier.verify.runner import _checkpoint_check
+
+    params = scan_safetensors(fmt.member_path(root, fmt.CHECKPOINT_SAFETENSORS)).params
+    return _checkpoint_check(root, {"params": params})
+
+
+_OVER = json.dumps({"charged_seconds": 2400.0})
+META_CASES = {
+    # A statement that the run went over, after 2 MiB of spaces: never read, so never honoured, before.
+    "oversized": ((" " * (2 << 20) + _OVER).encode(), "over the 1,048,576-byte limit"),
+    "not UTF-8": (b"\xff\xfe" + _OVER.encode(), "is not UTF-8 text"),
+    "not JSON": (_OVER.encode()[:-1], "is not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(META_CASES))
+def test_an_unreadable_checkpoint_meta_json_is_refused_by_the_checkpoint_check(case: str, tmp_path: Path) -> None:
+    data, says = META_CASES[case]
+    root = _layout(tmp_path, {fmt.CHECKPOINT_META: data})
+    check = _checkpoint(root)
+    assert check.verdict == "fail" and fmt.CHECKPOINT_META in check.reason and says in check.reason, check.reason
+    assert "budget" in check.reason
+
+
+def test_a_checkpoint_meta_json_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    root = _layout(tmp_path, {})
+    meta = fmt.member_path(root, fmt.CHECKPOINT_META)
+    (tmp_path / "elsewhere.json").write_text(_OVER)
+    meta.unlink()
+    meta.symlink_to(tmp_path / "elsewhere.json")
+    check = _checkpoint(root)
+    assert check.verdict == "fail" and "checkpoint/meta.json is a symbolic link" in check.reason, check.reason
+
+
+def test_an_honest_checkpoint_meta_json_passes_the_checkpoint_check(tmp_path: Path) -> None:
+    check = _checkpoint(_layout(tmp_path, {}))
+    assert check.verdict == "pass", check.reason

@@ -54,7 +54,7 @@ from trnfrontier.verify.report import Check, Report, failed, passed, skipped
 from trnfrontier.verify.rerun import closing_all, confirm
 from trnfrontier.verify.scoring import VOCAB_SLACK, TrustedScorer, contract_checks
 from trnfrontier.verify.screen import screen_files
-from trnfrontier.verify.statements import stated_over_budget
+from trnfrontier.verify.statements import MetaJsonError, read_meta_json, stated_over_budget
 
 DRY_RUN_NOTE_CHARS = 1500
 # The contract probe does a few small forwards; the re-evaluation gets the organisers'
@@ -166,6 +166,10 @@ def _checkpoint_check(root: Path, manifest: dict[str, Any] | str) -> Check:
         differs = f"the two cannot be compared ({type(exc).__name__}: {str(exc)[:120]})"
     if differs:
         return failed("checkpoint", f"final.pt and model.safetensors disagree: {differs}")
+    try:
+        read_meta_json(root)
+    except MetaJsonError as exc:
+        return failed("checkpoint", str(exc))
     return passed("checkpoint", f"{st.params:,} parameters in {st.tensors} tensors, all finite, final.pt equal to model.safetensors; final.pt loads with weights_only=True")
 
 

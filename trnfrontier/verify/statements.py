@@ -16,19 +16,37 @@ from trnfrontier import submission as fmt
 from trnfrontier.contract.budget import over_budget_statement
 from trnfrontier.contract.checkpoint import final_pt_meta
 from trnfrontier.contract.jsonstrict import StrictJSONError, strict_loads
+from trnfrontier.untrusted.hostfs import UnsafeFile, read_capped
 
-# A meta.json larger than this is no meta.json (the gate's bounds keep the rest in check).
-_META_BYTES = 1 << 20
+# The kit's meta.json is a few hundred bytes; one larger than this is refused, not read.
+META_JSON_BYTES = 1 << 20
+
+
+class MetaJsonError(Exception):
+    """``checkpoint/meta.json`` cannot be read as a JSON document; the message names the file and why."""
+
+
+def read_meta_json(root: Path) -> Any:
+    """``checkpoint/meta.json``'s document (None when absent: the manifest check names a missing
+    member), or MetaJsonError: over ``META_JSON_BYTES``, not a regular file, not strict JSON. The
+    checkpoint check refuses on it, so a statement of the budget in it is never silently lost."""
+    try:
+        data = read_capped(root, fmt.CHECKPOINT_META, META_JSON_BYTES)
+    except FileNotFoundError:
+        return None
+    except (UnsafeFile, OSError) as exc:
+        raise MetaJsonError(f"{exc}: what it says of the run's budget cannot be read") from None
+    try:
+        return strict_loads(data, what=fmt.CHECKPOINT_META)
+    except StrictJSONError as exc:
+        raise MetaJsonError(f"{exc}: what it says of the run's budget cannot be read") from None
 
 
 def _meta_json(root: Path) -> Any:
-    path = fmt.member_path(root, fmt.CHECKPOINT_META)
     try:
-        if not path.is_file() or path.stat().st_size > _META_BYTES:
-            return None
-        return strict_loads(path.read_bytes(), what=fmt.CHECKPOINT_META)
-    except (OSError, StrictJSONError):
-        return None  # the checkpoint check reports an unreadable meta.json
+        return read_meta_json(root)
+    except MetaJsonError:
+        return None  # refused by the checkpoint check (runner._checkpoint_check), which runs in every gate
 
 
 def stated_over_budget(root: Path, summary: dict[str, Any], budget: float) -> str | None:
