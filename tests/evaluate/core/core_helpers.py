@@ -82,3 +82,31 @@ def elementwise_model(vocab: int = 8192, seed: int = 5) -> torch.nn.Module:
             return self.a[x].unsqueeze(-1) * self.b + self.c
 
     return Elementwise().eval()
+
+
+def resolve_worker(home: str, spec: str, pin: str, out: str) -> None:
+    """A separate process resolving ``spec`` in data home ``home``; the folder it got in ``out``."""
+    import os
+
+    os.environ["TRNF_HOME"] = home
+    from trnfrontier.evaluate.core import fetch
+
+    Path(out).write_text(str(fetch.resolve(spec, pin).bundle.root), encoding="utf-8")
+
+
+def wait_for_lock_waiters(lock: Path, pids: list[int], processes: list[Any], deadline_s: float = 300.0) -> None:
+    """Return once every pid is blocked on ``lock`` (a ``->`` line of /proc/locks names it);
+    fail if one exits first, or at the deadline (a hang guard, not a speed assertion)."""
+    import time
+
+    inode = f":{lock.stat().st_ino} "
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        lines = Path("/proc/locks").read_text().splitlines()
+        waiting = {int(line.split()[5]) for line in lines if "->" in line and inode in line + " "}
+        if set(pids) <= waiting:
+            return
+        if any(p.exitcode is not None for p in processes):
+            raise AssertionError(f"a process finished without waiting for {lock}: the lock was not taken")
+        time.sleep(0.05)
+    raise AssertionError(f"processes {pids} never waited on {lock}")

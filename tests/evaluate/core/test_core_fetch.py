@@ -147,3 +147,42 @@ def test_a_url_downloads_resumably_into_the_data_home(tmp_path: Path, home: Path
         assert not list((home / "core" / "downloads").iterdir())  # not what was pinned: not kept
         with pytest.raises(TrnfError, match="HTTP 404.*--bundle URL"):
             fetch.resolve(f"{server.url}/missing.zip")
+
+
+def test_concurrent_resolves_of_a_url_download_once_and_share_one_folder(tmp_path: Path, home: Path) -> None:
+    import multiprocessing
+
+    from core_helpers import resolve_worker, wait_for_lock_waiters
+
+    data = bundle_zip(tmp_path).read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    spawn = multiprocessing.get_context("spawn")
+    with FaultyServer({"eval_bundle.zip": data}) as server:
+        url = f"{server.url}/eval_bundle.zip"
+        outs = [tmp_path / f"root-{n}" for n in range(2)]
+        processes = [spawn.Process(target=resolve_worker, args=(str(home), url, sha, str(out))) for out in outs]
+        with fetch.locked():  # both trials arrive while the lock is held: they must queue on it
+            for process in processes:
+                process.start()
+            wait_for_lock_waiters(home / "core" / fetch.LOCK_FILE, [p.pid for p in processes if p.pid], processes)
+        for process in processes:
+            process.join(300)
+        assert [p.exitcode for p in processes] == [0, 0]
+        assert server.requests == [("eval_bundle.zip", None)]  # one download; the other found the zip
+    roots = {out.read_text(encoding="utf-8") for out in outs}
+    assert roots == {str(home / "core" / "bundles" / sha / fetch.ZIP_ROOT)}
+
+
+def test_unpacking_again_keeps_a_complete_folder_another_process_reads(tmp_path: Path, home: Path) -> None:
+    archive = bundle_zip(tmp_path)
+    resolved = fetch.resolve(str(archive))
+    folder = resolved.bundle.root.parent
+    reader = open(resolved.bundle.root / "core.yaml", encoding="utf-8")  # another process, mid-read
+    marker = folder / "in-use"
+    marker.write_text("a reader's", encoding="utf-8")
+    try:
+        fetch.unpack(archive, folder)  # a second process that unpacked too, arriving late
+        assert marker.read_text(encoding="utf-8") == "a reader's" and reader.read().startswith("icl_tasks")
+        assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # its temporary copy is gone
+    finally:
+        reader.close()

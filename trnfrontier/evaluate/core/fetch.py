@@ -16,10 +16,18 @@ is opened, then unpacked once into ``<home>/core/bundles/<sha256>/``: members on
 ``MAX_MEMBERS`` files and ``MAX_UNPACKED_BYTES`` bytes (counted as written), assembled
 under a temporary name and renamed into place. A folder's identity is the SHA256 of the
 files a score reads (``tree_sha256``).
+
+Several processes may resolve the same bundle at once (the trials of a ``metric: core``
+sweep): downloads and unpacks run under one ``fcntl`` lock, ``<home>/core/.lock``, so one
+process writes the shared ``.partial`` file and the others wait and then find the zip;
+a complete unpacked folder (its name is the zip's SHA256, so it matches the pin) is never
+removed or replaced, since another process may be reading it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -27,7 +35,9 @@ import os
 import re
 import shutil
 import stat
+import threading
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import ModuleType
@@ -54,6 +64,7 @@ ZIP_ROOT = "eval_bundle"
 MAX_MEMBERS = 100_000
 MAX_UNPACKED_BYTES = 4 << 30
 PIN_SUFFIXES = (".yaml", ".yml", ".json")
+LOCK_FILE = ".lock"  # under <home>/core/
 DOWNLOAD_ADVICE = "check the network and the --bundle URL, or download the zip yourself and pass --bundle PATH"
 
 
@@ -168,9 +179,44 @@ def _from_zip(path: Path, source: str, pin: str | None) -> ResolvedBundle:
     sha = sha256_file(path)
     _check_pin(sha, pin, f"bundle {path}")
     folder = data_home() / "core" / "bundles" / sha
-    if not (folder / ZIP_ROOT / CONFIG_FILE).is_file():
-        unpack(path, folder)
+    if not _complete(folder):
+        with locked():
+            if not _complete(folder):  # another process may have unpacked it while we waited
+                unpack(path, folder)
     return ResolvedBundle(read_bundle(folder / ZIP_ROOT), sha, "zip", source, pin is not None, sample=False)
+
+
+# ----------------------------------------------------------------------------- locking
+
+_held = threading.local()  # this thread's depth inside locked(): a nested call takes nothing
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """The data home's CORE lock (``<home>/core/.lock``), exclusive across processes and
+    threads; re-entrant within a thread (a URL's download, then its unpack)."""
+    depth = getattr(_held, "depth", 0)
+    if depth:
+        _held.depth = depth + 1
+        try:
+            yield
+        finally:
+            _held.depth = depth
+        return
+    path = data_home() / "core" / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:  # each call its own open file: flock excludes threads too
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        _held.depth = 1
+        try:
+            yield
+        finally:
+            _held.depth = 0
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / ZIP_ROOT / CONFIG_FILE).is_file()
 
 
 # ----------------------------------------------------------------------------- unpacking
@@ -213,6 +259,8 @@ def unpack(archive: Path, folder: Path) -> None:
                 written = _copy_member(zipped, info, target, written, archive)
         if not (temporary / ZIP_ROOT / CONFIG_FILE).is_file():
             raise BundleError(f"{archive}: no {ZIP_ROOT}/{CONFIG_FILE} inside; a CORE bundle zip holds an {ZIP_ROOT}/ folder")
+        if _complete(folder):
+            return  # unpacked by another process meanwhile: keep it (it may be reading it)
         if folder.exists():
             shutil.rmtree(folder)  # an earlier, incomplete unpack (final name without core.yaml)
         os.replace(temporary, folder)
@@ -249,12 +297,13 @@ def _project_prepare() -> ModuleType:
 
 
 def _from_url(url: str, pin: str | None) -> ResolvedBundle:
-    path = _download(url)
-    try:
-        return _from_zip(path, url, pin)
-    except TrnfError:
-        path.unlink(missing_ok=True)  # not what was pinned (or unreadable): fetch afresh next time
-        raise
+    with locked():  # one writer of the download (and its .partial) at a time
+        path = _download(url)
+        try:
+            return _from_zip(path, url, pin)
+        except TrnfError:
+            path.unlink(missing_ok=True)  # not what was pinned (or unreadable): fetch afresh next time
+            raise
 
 
 def _download(url: str) -> Path:
