@@ -7,17 +7,33 @@ checkpoint, a cached answer), which verify must refuse with the reason.
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
-from verify_kit import build_archive, good_meta, pins_file
+import torch
+from verify_kit import TRAIN_PY, build_archive, good_meta, pins_file
 
 from trnfrontier import submission as fmt
+from trnfrontier.contract.inference import load_inference
 from trnfrontier.contract.inference_source import inference_py_source
 from trnfrontier.contract.launch import launch_line
 from trnfrontier.contract.phases import PHASES
 from trnfrontier.verify import Options, verify_archive
-from trnfrontier.verify.inference_check import TV_TOLERANCE, _time_check, total_variation
+from trnfrontier.verify.inference_check import (
+    BATCH,
+    CAUSAL,
+    COMPARED_BATCHES,
+    CONSISTENT,
+    TV_TOLERANCE,
+    Judge,
+    RemoteInference,
+    _time_check,
+    judge_bundle,
+    judge_probes,
+    judge_shared_prefix,
+    total_variation,
+)
 
 SERVER = launch_line(64, 2)
 HONEST = inference_py_source()
@@ -52,6 +68,44 @@ def next_token_logprobs(model, tokens):
         _CACHE["answer"] = torch.log_softmax(model(tokens[:1, :1]).float(), dim=-1)[0, 0]
     return _CACHE["answer"].expand(tokens.size(0), tokens.size(1), -1).clone()
 '''
+# Another answer at one batch size: the batch of one, say, that a server's fast path takes.
+BIASED_ALONE = HONEST + '''
+
+_honest = next_token_logprobs
+
+
+def next_token_logprobs(model, tokens):
+    out = _honest(model, tokens)
+    if tokens.size(0) == 1:
+        out = torch.log_softmax(out + torch.linspace(0.0, 4.0, out.size(-1)), dim=-1)
+    return out
+'''
+# Non-causal only where the next token repeats this one: random rows almost never do, so
+# every whole-row comparison with load_for_eval passes; only the causality probe sees it.
+PEEKS_AT_REPEATS = HONEST + '''
+
+_honest = next_token_logprobs
+
+
+def next_token_logprobs(model, tokens):
+    out = _honest(model, tokens)
+    repeats = torch.zeros(tokens.shape, dtype=torch.bool)
+    repeats[:, :-1] = tokens[:, 1:] == tokens[:, :-1]
+    peeked = torch.log_softmax(out + torch.linspace(0.0, 4.0, out.size(-1)), dim=-1)
+    return torch.where(repeats.unsqueeze(-1), peeked, out)
+'''
+# Honest on the shared-prefix path for its first calls (as many as CORE batches are compared), then not.
+HONEST_AT_FIRST = HONEST + '''
+
+_CALLS = [0]
+_honest_after = next_token_logprobs_after
+
+
+def next_token_logprobs_after(model, prefix, rows, owner):
+    _CALLS[0] += 1
+    out = _honest_after(model, prefix, rows, owner)
+    return out if _CALLS[0] <= 3 else torch.log_softmax(torch.zeros_like(out), dim=-1)
+'''
 
 
 def _phase2_archive(workdir: Path, inference_py: str | None, launch: str = SERVER) -> Path:
@@ -85,11 +139,97 @@ def test_the_inference_py_trnf_writes_passes(sample_home: Path, tmp_path: Path) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", [OTHER_MODEL, OTHER_CHECKPOINT, CACHED], ids=["another-model", "another-checkpoint", "cached-answer"])
+@pytest.mark.parametrize("source", [OTHER_MODEL, OTHER_CHECKPOINT, CACHED, HONEST_AT_FIRST],
+                         ids=["another-model", "another-checkpoint", "cached-answer", "honest-at-first"])
 def test_an_inference_py_that_scores_with_something_else_is_refused(sample_home: Path, tmp_path: Path, source: str) -> None:
     checks = _verify(tmp_path, _phase2_archive(tmp_path, source))
     assert checks["inference"].verdict == "fail" and not checks["_ok"]
     assert "consistent with load_for_eval off by TV" in checks["inference"].reason
+
+
+class _Reference:
+    """load_for_eval's side of the judgements, in this process: the model's logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.model(rows).float()
+
+
+def _in_process(tmp_path: Path, source: str) -> tuple[_Reference, object, int]:
+    """The reference and inference.py ``source`` over one tiny model, without sandboxes: the
+    judgements see exactly what verify's servers would send them."""
+    train = types.ModuleType("train")
+    exec(compile(TRAIN_PY, "train.py", "exec"), train.__dict__)  # noqa: S102 - the test's own train.py
+    torch.manual_seed(0)
+    model = train.TinyGPT(**train.CONFIG).eval()
+    train.load_for_eval = lambda path, device="cpu": model
+    (tmp_path / "inference.py").write_text(source)
+    return _Reference(model), load_inference(tmp_path / "inference.py", "unused", train_module=train), train.CONFIG["vocab_size"]
+
+
+def _judged(tmp_path: Path, source: str, seed: int = 11) -> Judge:
+    reference, inference, vocab = _in_process(tmp_path, source)
+    judge = Judge()
+    judge_probes(reference, inference, vocab, seed, judge)  # type: ignore[arg-type]
+    judge_shared_prefix(reference, inference, vocab, seed, judge)  # type: ignore[arg-type]
+    return judge
+
+
+def test_the_honest_inference_py_passes_every_judgement_in_process(tmp_path: Path) -> None:
+    judge = _judged(tmp_path, HONEST)
+    assert not judge.failures() and set(judge.worst) == {CONSISTENT, CAUSAL, BATCH}
+
+
+def test_an_answer_that_changes_at_one_batch_size_is_refused_as_batch_dependent(tmp_path: Path) -> None:
+    failures = _judged(tmp_path, BIASED_ALONE).failures()
+    assert any(f.startswith(f"{BATCH} off by TV") and "batches of 1" in f for f in failures), failures
+    assert not any(f.startswith(CAUSAL) for f in failures), failures
+
+
+def test_a_wrapper_that_peeks_only_at_repeats_is_refused_as_non_causal(tmp_path: Path) -> None:
+    judge = _judged(tmp_path, PEEKS_AT_REPEATS)
+    # Every whole-row comparison with load_for_eval passes: only the causality probe can see it.
+    assert judge.worst[CONSISTENT][0] <= TV_TOLERANCE and judge.worst[BATCH][0] <= TV_TOLERANCE
+    assert [f for f in judge.failures() if f.startswith(f"{CAUSAL} off by TV")] and "repeating" in judge.worst[CAUSAL][1]
+
+
+def test_a_shared_prefix_path_honest_only_at_first_is_refused(tmp_path: Path) -> None:
+    reference, inference, vocab = _in_process(tmp_path, HONEST_AT_FIRST)
+    inference.info = {}  # type: ignore[attr-defined] - what a served one said when ready
+    remote, judge = RemoteInference(inference, seed=11), Judge()  # type: ignore[arg-type]
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(COMPARED_BATCHES):  # the first CORE batches: honest, and all of them kept
+        rows = torch.randint(0, vocab, (2, 6), generator=gen)
+        remote.core_score(rows[:, :3], rows[:, 3:], torch.arange(2), torch.tensor([[0, 1]]))
+    judge_bundle(reference, remote, judge)  # type: ignore[arg-type]
+    assert not judge.failures()
+    judge_shared_prefix(reference, inference, vocab, 11, judge)  # type: ignore[arg-type]
+    failures = judge.failures()
+    assert len(failures) == 1 and "random shared-prefix probe" in failures[0] and failures[0].startswith(CONSISTENT)
+
+
+class _Answers:
+    """A served inference.py that answers zeros: enough to watch which calls are kept."""
+
+    info: dict = {}
+
+    def logprobs_after(self, prefix: torch.Tensor, rows: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(rows.size(0), rows.size(1), 2)
+
+
+def test_the_core_batches_compared_are_a_random_sample_of_all_calls() -> None:
+    kept = []
+    for seed in (1, 2):
+        remote = RemoteInference(_Answers(), seed=seed)  # type: ignore[arg-type]
+        for _ in range(40):
+            remote.core_score(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long),
+                              torch.zeros(1, dtype=torch.long), torch.tensor([[0, 0]]))
+        kept.append(sorted(call for call, *_ in remote.kept))
+    assert all(len(set(calls)) == COMPARED_BATCHES for calls in kept)
+    assert all(max(calls) > COMPARED_BATCHES for calls in kept) and kept[0] != kept[1]
 
 
 def _core_report(sample: bool, seconds_at_64: float) -> dict:

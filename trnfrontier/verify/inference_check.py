@@ -5,7 +5,8 @@ Two sandboxed servers hold the archive's model: one loaded by train.py's ``load_
 is scored through). Every judgement below is made here, on their outputs; neither can see
 the other, and the probes are drawn afresh from ``seed`` for each verify run.
 
-- consistent: on random token rows and on rows of the CORE bundle, inference.py's
+- consistent: on random token rows, on random shared prefixes (``next_token_logprobs_after``,
+  asked last) and on rows of the CORE bundle (a random sample of its batches), inference.py's
   next-token distributions equal ``softmax(load_for_eval(...)(tokens))`` at every position:
   the total variation distance (half the L1 distance of the two distributions, the
   probability mass that moves) is at most ``TV_TOLERANCE``. Why 0.02: on a small trained
@@ -15,7 +16,8 @@ the other, and the probes are drawn afresh from ``seed`` for each verify run.
   checkpoint of a different run, or answers from a table fail it; random probes defeat
   any answer cache.
 - causal and batch independent: a position's distribution does not move when later tokens
-  change, nor with the rest of the batch (same tolerance).
+  change (to other tokens, to repeats, or are dropped), nor with the rest of the batch (the
+  rows asked in batches of every smaller size); same tolerance, each its own reason.
 - core-time: a small CORE run (``CORE_ITEMS_PER_TASK`` items per task of the bundle, or one
   more than the most shots a task takes) through
   inference.py with ``evaluate/core``, projected to the whole bundle at the launch's ranks
@@ -42,8 +44,10 @@ from trnfrontier.verify.report import Check, failed, passed, skipped
 TV_TOLERANCE = 0.02
 PROBE_ROWS, PROBE_LENGTH = 4, 48
 CORE_ITEMS_PER_TASK = 4
-# Bundle batches whose log-probabilities are compared with the reference's (memory bound).
+# Bundle batches whose log-probabilities are compared with the reference's (memory bound),
+# drawn at random from all of the CORE run's.
 COMPARED_BATCHES = 3
+CONSISTENT, CAUSAL, BATCH = "consistent with load_for_eval", "causal", "batch independent"
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -84,38 +88,75 @@ def judge_probes(reference: ServedModel, inference: ServedModel, vocab: int, see
     """Consistency, causality and batch independence on random rows."""
     rows = probe_rows(vocab, seed)
     mine = inference.logprobs(rows)
-    judge.see("consistent with load_for_eval", total_variation(mine, log_softmax(reference.forward(rows))), "random probe rows")
-    cut = random.Random(seed).randrange(1, PROBE_LENGTH)
-    changed = rows.clone()
-    changed[:, cut:] = (changed[:, cut:] + 1) % vocab
-    judge.see("causal", total_variation(inference.logprobs(changed)[:, :cut], mine[:, :cut]), f"cut {cut}")
-    alone = torch.cat([inference.logprobs(rows[i : i + 1]) for i in range(PROBE_ROWS)])
-    judge.see("batch independent", total_variation(alone, mine), "rows alone vs in a batch")
+    judge.see(CONSISTENT, total_variation(mine, log_softmax(reference.forward(rows))), "random probe rows")
+    judge_causal(inference, rows, mine, random.Random(seed).randrange(1, PROBE_LENGTH), vocab, judge)
+    judge_batch_independent(inference, rows, mine, judge)
+
+
+def judge_causal(inference: ServedModel, rows: torch.Tensor, mine: torch.Tensor, cut: int, vocab: int, judge: Judge) -> None:
+    """The distributions before ``cut`` must not move when what follows it changes: to other
+    tokens, to the token before the cut repeated (a pattern random rows almost never hold, so a
+    wrapper that peeks only at repeats passes every whole-row comparison), or to nothing."""
+    shifted, repeated = rows.clone(), rows.clone()
+    shifted[:, cut:] = (rows[:, cut:] + 1) % vocab
+    repeated[:, cut:] = rows[:, cut - 1 : cut]
+    for how, changed in (("other later tokens", shifted), ("later tokens repeating the one before", repeated)):
+        judge.see(CAUSAL, total_variation(inference.logprobs(changed)[:, :cut], mine[:, :cut]), f"cut {cut}, {how}")
+    judge.see(CAUSAL, total_variation(inference.logprobs(rows[:, :cut]), mine[:, :cut]), f"cut {cut}, later tokens dropped")
+
+
+def judge_batch_independent(inference: ServedModel, rows: torch.Tensor, mine: torch.Tensor, judge: Judge) -> None:
+    """Each row's distributions must not move with its batch: the rows asked in batches of every
+    smaller size (so a wrapper that answers otherwise at one batch size is seen at it)."""
+    count = rows.size(0)
+    for size in range(1, count):
+        parts = torch.cat([inference.logprobs(rows[i : i + size]) for i in range(0, count, size)])
+        judge.see(BATCH, total_variation(parts, mine), f"rows in batches of {size} vs {count}")
+
+
+def judge_shared_prefix(reference: ServedModel, inference: ServedModel, vocab: int, seed: int, judge: Judge) -> None:
+    """The shared-prefix path CORE's choices go through, on random prefixes and rows. Asked after
+    the CORE run, so a wrapper honest only for its first calls is seen."""
+    gen, pick = torch.Generator().manual_seed(seed + 1), random.Random(seed + 1)
+    groups, length = 2, pick.randrange(1, PROBE_LENGTH)
+    prefix = torch.randint(0, vocab, (groups, length), generator=gen)
+    rows = torch.randint(0, vocab, (PROBE_ROWS, PROBE_LENGTH - length), generator=gen)
+    owner = (torch.arange(PROBE_ROWS) % groups)[torch.randperm(PROBE_ROWS, generator=gen)]
+    expected = log_softmax(reference.forward(torch.cat((prefix.index_select(0, owner), rows), dim=1)))[:, length:]
+    got = inference.logprobs_after(prefix, rows, owner)
+    judge.see(CONSISTENT, total_variation(got, expected), f"random shared-prefix probe (prefix {length})")
 
 
 class RemoteInference:
     """CORE's scoring protocol (``evaluate/core/protocol.py``) over the served inference.py,
-    keeping a few batches to compare with the reference afterwards."""
+    keeping ``COMPARED_BATCHES`` batches to compare with the reference afterwards: a reservoir
+    sample of all its calls (drawn from the verify seed), so a wrapper cannot know from the
+    call count which of its answers are checked."""
 
-    def __init__(self, inference: ServedModel) -> None:
+    def __init__(self, inference: ServedModel, seed: int = 0) -> None:
         self.inference = inference
         self.shares_prefixes = bool(inference.info.get("shares_prefixes", True))
-        self.kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.kept: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.calls = 0
+        self._pick = random.Random(seed)
 
     def core_score(self, prefix: torch.Tensor, rows: torch.Tensor, owner: torch.Tensor, positions: torch.Tensor) -> Any:
         from trnfrontier.contract.inference import scores_at
 
         logprobs = self.inference.logprobs_after(prefix, rows, owner)
-        if len(self.kept) < COMPARED_BATCHES:
-            self.kept.append((prefix, rows, owner, logprobs))
+        self.calls += 1
+        slot = len(self.kept) if len(self.kept) < COMPARED_BATCHES else self._pick.randrange(self.calls)
+        if slot < COMPARED_BATCHES:
+            entry = (self.calls, prefix, rows, owner, logprobs)
+            self.kept[slot : slot + 1] = [entry]
         return scores_at(logprobs, rows, positions)
 
 
 def judge_bundle(reference: ServedModel, remote: RemoteInference, judge: Judge) -> None:
-    for i, (prefix, rows, owner, logprobs) in enumerate(remote.kept):
+    for call, prefix, rows, owner, logprobs in remote.kept:
         whole = torch.cat((prefix.index_select(0, owner), rows), dim=1) if prefix.size(1) else rows
         expected = log_softmax(reference.forward(whole))[:, prefix.size(1) :]
-        judge.see("consistent with load_for_eval", total_variation(logprobs, expected), f"CORE bundle batch {i + 1}")
+        judge.see(CONSISTENT, total_variation(logprobs, expected), f"CORE bundle batch {call} of {remote.calls}")
 
 
 @dataclass(frozen=True)
@@ -156,6 +197,7 @@ def inference_checks(setup: InferenceSetup, phase: Phase, nproc: int) -> list[Ch
             judge_probes(reference, inference, vocab, setup.seed, judge)
             if setup.bundle is not None:
                 report = _mini_core(setup, inference, reference, judge)
+            judge_shared_prefix(reference, inference, vocab, setup.seed, judge)
     except ServerError as exc:
         return [failed("inference", f"inference.py or load_for_eval failed (in the sandbox): {exc}"), _no_time("inference.py did not run")]
     bad = judge.failures()
@@ -167,7 +209,7 @@ def inference_checks(setup: InferenceSetup, phase: Phase, nproc: int) -> list[Ch
 def _mini_core(setup: InferenceSetup, inference: ServedModel, reference: ServedModel, judge: Judge) -> dict[str, Any]:
     from trnfrontier.evaluate.core.run import CoreOptions, evaluate_core
 
-    remote = RemoteInference(inference)
+    remote = RemoteInference(inference, setup.seed)
     # Each item's shots come from the task's other items: a few more than the most shots.
     items = max(CORE_ITEMS_PER_TASK, 1 + max((t.num_fewshot for t in setup.bundle.bundle.tasks), default=0))
     options = CoreOptions(max_per_task=items, crop=setup.crop, crop_source="the claimed eval_seq_len")
