@@ -20,8 +20,8 @@ from trnfrontier import stats
 from trnfrontier.errors import UsageError
 from trnfrontier.ledger import confound, reader, scores
 from trnfrontier.ledger.compare import check_comparable
+from trnfrontier.runtime.recipe import SEED_KEY
 from trnfrontier.runtime.rundir import COMPLETED, CRASHED, DIVERGED, INTERRUPTED, TIMED_OUT
-from trnfrontier.sweep.space import SEED_KEY
 
 FORMATS = ("md", "latex", "csv")
 

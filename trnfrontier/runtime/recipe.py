@@ -172,6 +172,10 @@ class RuntimeSpec:
     threads: int | None = None
 
 
+# The override path of RuntimeSpec.seed: what a sweep's seeds set and tables group apart.
+SEED_KEY = "runtime.seed"
+
+
 @dataclass(frozen=True)
 class EvalSpec:
     tokens: int = 2_097_152  # the contract's public evaluation (4 x 524,288)

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from trnfrontier.runtime.recipe import SEED_KEY
 from trnfrontier.runtime.rundir import RECIPE_FILE, read_summary
 from trnfrontier.sweep import state as st
-from trnfrontier.sweep.space import SEED_KEY
 from trnfrontier.sweep.spec import SweepSpec
 from trnfrontier.sweep.trial import failure_of, log_of, metric_value
 

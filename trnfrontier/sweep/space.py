@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trnfrontier.runtime.recipe import SEED_KEY
 from trnfrontier.sweep.spec import SweepSpec, override, scalar
-
-SEED_KEY = "runtime.seed"
 
 
 def plain(value: Any) -> Any:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trnfrontier.contract.kit import OUT_DIR_FLAG
 from trnfrontier.errors import TrnfError
+from trnfrontier.runtime.recipe import SEED_KEY
 
 # Metrics a trial's summary.json (or its scores) holds, and the direction that is better.
 METRICS = {"val_bpb": "min", "final_loss": "min", "core": "max", "tokens_per_second": "max", "mfu": "max"}
@@ -258,6 +259,6 @@ def check_against_recipe(spec: SweepSpec, source: Path) -> None:
                 raise TrnfError(f"{source}: space.{key} = {probe!r}: {exc}", exit_code=2) from None
     for seed in spec.seeds or []:
         try:
-            load_recipe(spec.recipe, [*base, override("runtime.seed", seed)])
+            load_recipe(spec.recipe, [*base, override(SEED_KEY, seed)])
         except TrnfError as exc:
             raise TrnfError(f"{source}: seeds: {seed}: {exc}", exit_code=2) from None
