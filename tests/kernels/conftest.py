@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from kernels.testing import HostTensor, InterpretedKernel, load_kernel_module, machine
+from kernels.testing import HostTensor, InterpretedKernel, load_kernel_module, machine, versions
 from kernels.testing.torch_bridge import interpreted_torch_module
-from trnfrontier.runtime.kernels import backend, reset_kernels
+from trnfrontier.runtime.kernels import backend, registration, reset_kernels
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +108,18 @@ def interpreter_backend() -> Iterator[None]:
             yield
         finally:
             reset_kernels()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _default_nki_environment() -> Iterator[None]:
+    """The tests assume NKI 0.6's rules and no LNC in the environment (the default, 2, and no
+    0.7 mismatch check) unless they set them: a Neuron venv's shell may set either, or
+    install nki 0.7, and must not change what they test. Per module, so that module-scoped
+    fixtures (the budget tables) see it too, and undone after each module."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(versions.ENV, versions.DEFAULT)
+        patch.delenv(registration.LNC_ENV, raising=False)
+        yield
 
 
 @pytest.fixture(autouse=True)
