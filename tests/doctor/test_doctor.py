@@ -328,3 +328,58 @@ def test_speed_environment_for_run_summaries(tmp_path: Path) -> None:
     assert found["compile_cache_entries"] == 1
     assert set(found["versions"]) == {"torch", "torch-neuronx", "neuronx-cc", "nki"}
     assert envmod.speed_environment({})["optlevel_1"] is False
+
+
+def test_the_torch_rungs_child_runs_at_the_recipes_lnc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shell at another LNC must not reach the smoke kernel's child (NKI 0.7 would refuse
+    the launch, and the rung would show the mismatch as a kernel failure)."""
+    from trnfrontier import doctor, processes
+    from trnfrontier.recipes import load_recipe
+
+    recipe = load_recipe("cpu_smoke")
+    seen: dict[str, str] = {}
+
+    def run_tree(cmd: list[str], **kwargs: object) -> processes.Finished:
+        seen.update(kwargs["env"])  # type: ignore[arg-type]
+        return processes.Finished(0, "[]\n", "")
+
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", str(3 - recipe.runtime.lnc))
+    monkeypatch.setattr(processes, "run_tree", run_tree)
+    assert doctor._torch_rungs(recipe) == []
+    assert seen["NEURON_LOGICAL_NC_CONFIG"] == str(recipe.runtime.lnc)
+
+
+class _WrongAnswer:
+    """A wrap_nki whose kernels launch and answer their input unchanged."""
+
+    def __call__(self, kernel: object) -> object:
+        return self
+
+    def __getitem__(self, grid: tuple[int, ...]) -> object:
+        return lambda x: x
+
+
+@pytest.mark.parametrize(
+    ("fail", "label"),
+    [("wrap", "API: wrapping"), ("launch", "kernel: running"), ("wrong", "kernel: "), (None, "")],
+)
+def test_the_smoke_kernel_tells_an_api_failure_from_a_kernel_failure(
+    monkeypatch: pytest.MonkeyPatch, fail: str | None, label: str
+) -> None:
+    """Through the real launch path (wrap_nki, then the grid, then the call) with a fake
+    wrap_nki over the interpreted relu2 on CPU tensors."""
+    from kernels.testing.torch_bridge import interpreted_torch_module
+    from tests.kernels.test_kernel_launch import FakeWrapNki
+    from trnfrontier.doctor import runtime_checks
+    from trnfrontier.runtime.kernels import registration
+
+    fake = _WrongAnswer() if fail == "wrong" else FakeWrapNki(fail)
+    monkeypatch.setattr(registration, "_torch_neuronx_attr", lambda name: fake if name == "wrap_nki" else None)
+    check = runtime_checks.smoke_on_neuron(2, device="cpu", kernel_file=interpreted_torch_module)
+    assert "relu2.relu2_fwd[(2,)]((128, 128) float32)" in check.checked and "\n" not in check.checked
+    if fail is None:
+        assert check.status == "ok" and "max error" in check.checked, check
+        return
+    assert check.status == "fail" and check.checked.startswith(label), check
+    other = "kernel:" if label.startswith("API") else "API:"
+    assert other not in check.checked

@@ -52,8 +52,11 @@ def _torch_rungs(recipe: Any) -> list[Any]:
     from .environment import Check
 
     cmd = [sys.executable, "-m", "trnfrontier.doctor.runtime_checks"]
+    # The smoke kernel launches at the recipe's LNC: the child's runtime must be at it too
+    # (a shell at another LNC would show the mismatch as a kernel failure).
+    env = {**os.environ, "NEURON_LOGICAL_NC_CONFIG": str(recipe.runtime.lnc)}
     done = processes.run_tree(
-        [*cmd, recipe.runtime.device, str(recipe.runtime.lnc)], timeout=TORCH_RUNGS_TIMEOUT_S
+        [*cmd, recipe.runtime.device, str(recipe.runtime.lnc)], env=env, timeout=TORCH_RUNGS_TIMEOUT_S
     )
     if done.returncode == 0:
         try:

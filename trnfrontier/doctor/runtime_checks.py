@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,27 +80,36 @@ def check_nki_api() -> Check:
     return Check("NKI entry points", status, f"{version}: {'; '.join(found)}{extra}")
 
 
-def smoke_on_neuron(lnc: int) -> Check:
-    """relu2 on a 128x128 neuron tensor through wrap_nki: API failure or kernel failure."""
+def smoke_on_neuron(lnc: int, device: str = "neuron", kernel_file: Callable[[str], Any] | None = None) -> Check:
+    """relu2 on a 128x128 ``device`` tensor through wrap_nki, labelled ``API:`` (wrapping or
+    indexing the kernel failed) or ``kernel:`` (running it failed, or it answered wrong).
+    ``kernel_file`` loads ``kernels/<name>.py`` (default with the real nki)."""
     import torch
 
     from trnfrontier.runtime.kernels import backend, references, registration
 
-    x = torch.randn(*SMOKE_SHAPE).to("neuron")
+    x = torch.randn(*SMOKE_SHAPE).to(device)
     call = f"relu2.relu2_fwd[({lnc},)]({SMOKE_SHAPE} float32) under {registration.torch_neuronx_version()}"
     try:
-        launcher = registration.neuron_launcher(backend.load_kernel_file("relu2").relu2_fwd, (lnc,))
+        kernel = (kernel_file or backend.load_kernel_file)("relu2").relu2_fwd
+        launcher = registration.neuron_launcher(kernel, (lnc,))
     except Exception as exc:  # noqa: BLE001 - report the API fault, do not hide it
-        return Check("smoke kernel", "fail", f"API: wrapping {call}: {type(exc).__name__}: {exc}")
+        return Check("smoke kernel", "fail", f"API: wrapping {call}: {_first_line(exc)}")
     start = time.perf_counter()
     try:
         y = launcher(x).cpu()
     except Exception as exc:  # noqa: BLE001
-        return Check("smoke kernel", "fail", f"kernel: running {call}: {type(exc).__name__}: {exc}")
+        return Check("smoke kernel", "fail", f"kernel: running {call}: {_first_line(exc)}")
     took = time.perf_counter() - start
     err = float((y - references.relu2(x.cpu())).abs().max())
-    status = "ok" if err <= 1e-5 else "fail"
-    return Check("smoke kernel", status, f"{call}: {took:.1f} s (with compile), max error {err:.1e}")
+    if not err <= 1e-5:
+        return Check("smoke kernel", "fail", f"kernel: {call} ran in {took:.1f} s but is wrong: max error {err:.1e} (over 1e-5)")
+    return Check("smoke kernel", "ok", f"{call}: {took:.1f} s (with compile), max error {err:.1e}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """A compiler's exception as one line: its type and first line (the rest is in its log)."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
 
 
 def smoke_in_interpreter(lnc: int, why_not_neuron: str) -> Check:
