@@ -52,7 +52,8 @@ def test_init_phase_2_writes_inference_py_beside_train_py(tmp_path: Path, capsys
     assert "--nproc_per_node=64" in readme and "inference.py" in readme
     # Another recipe made a Phase 2 one; a Phase 1 init writes no inference.py.
     code, _, err = run_cli(["init", str(tmp_path / "own"), "--phase", "2", "--recipe", "cpu_smoke", "runtime.nproc=64"], capsys)
-    assert code == 0, err and (tmp_path / "own" / "inference.py").is_file()
+    assert code == 0, err
+    assert (tmp_path / "own" / "inference.py").is_file()
     code, _, err = run_cli(["init", str(tmp_path / "one"), "--recipe", "cpu_smoke"], capsys)
     assert code == 0 and not (tmp_path / "one" / "inference.py").exists()
     code, _, err = run_cli(["init", str(tmp_path / "bad"), "--phase", "2", "--recipe", "cpu_smoke"], capsys)

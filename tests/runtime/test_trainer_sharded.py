@@ -60,3 +60,18 @@ def test_sharded_run_equals_ddp_and_resumes_bit_for_bit(sample_home: Path, tmp_p
     assert resumed["resumed_from"].endswith("step_000002") and resumed["steps"] == 6
     assert losses(cut) == losses(tmp_path / "sharded")
     _same_weights(cut, tmp_path / "sharded")
+
+
+@pytest.mark.slow
+def test_a_sharded_run_resumed_at_another_world_size_is_refused(sample_home: Path, tmp_path: Path) -> None:
+    """The trainer's own guard (trnf train --resume refuses another --nproc before it starts a
+    worker, tests/train/test_plan.py): a sharded run's optimizer state is split by rank."""
+    run = tmp_path / "two"
+    _train(run, "optim.sharded=true", "budget.max_steps=2", "run.checkpoint_every_seconds=0.001")
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    recipe = run / "recipe_one.json"
+    recipe.write_text(json.dumps(tiny_recipe(*COMMON, "optim.sharded=true", "runtime.nproc=1")))
+    done = torchrun_entry(recipe, run, 1, "--resume")
+    assert done.returncode != 0
+    assert "was written by 2 processes; resume with the same --nproc" in done.stderr, done.stderr[-4000:]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # nothing trained or written

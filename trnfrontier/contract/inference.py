@@ -17,7 +17,7 @@ smallest interface that serves such a scorer (``docs/phase2.md``):
 ``InferenceModel`` holds a loaded inference.py and speaks CORE's scoring protocol
 (``trnfrontier/evaluate/core``: ``core_score(prefix, rows, owner, positions) -> (loss,
 argmax, margin)`` and ``shares_prefixes``), so ``trnf eval --core`` scores through it; the
-sandboxed verify server (``verify/inference_server.py``) calls the same names. If the real
+sandboxed verify server (``untrusted/modelserver.py``) calls the same names. If the real
 interface differs, the names and ``InferenceModel``'s three methods are what change.
 """
 
