@@ -54,7 +54,7 @@ def confirm(claim: Claim, settings: RerunSettings, scorer: TrustedScorer, tokeni
     found = carried(ScoredText(mixed.windows, scorer.vocab), root, names, tokenizer)
     if found:
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
-        return Rerun(False, f"the archive carries public validation text: {found[0]}{more}")
+        return Rerun(False, f"the validation-text scan refuses the archive: {found[0]}{more}")
     got = float(result["val_bpb"])
     diff = abs(got - claim.val_bpb)
     line = (f"trusted evaluate_bpb (in verify's process; the model served from two sandboxes) gives {got:.6f}, claimed "

@@ -17,6 +17,13 @@ Matching is on hashes of ``NGRAM``-token windows; an archive member is refused w
 sixty characters) in a row rarely recur by chance between code and web text; 256 such tokens
 are a paragraph and more, far from a license header quoted by both and far below any text
 worth memorising.
+
+verify's memory stays flat whatever a member holds: bytes are searched ``_BLOCK`` at a time,
+tokens hashed ``_HASH_TOKENS`` at a time, text decoded and tokenized ``_TEXT_PIECE`` bytes at
+a time. A member's own bytes are all searched (a checkpoint of any size, streamed); what
+decoding and decompressing it yields is searched up to ``SCAN_CAP`` bytes per member, and
+one decompression may yield at most ``UNWRAP_CAP``: a member past either is refused, since
+text could lie beyond what was searched (no honest member holds a compressed stream).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import ast
 import base64
 import binascii
 import bz2
+import codecs
 import lzma
 import zlib
 from collections.abc import Callable, Iterator
@@ -36,9 +44,15 @@ import numpy as np
 
 NGRAM = 16
 MIN_COVERED = 256
-_TEXT_CAP = 64 << 20  # bytes of one file tokenized as text
-_UNWRAP_CAP = 256 << 20  # bytes one decompression may produce
+_TEXT_CAP = 64 << 20  # bytes of one file read whole (a bigger one is streamed, as token ids only)
+UNWRAP_CAP = 32 << 20  # bytes one decompression may produce
+SCAN_CAP = 256 << 20  # bytes of decoded and decompressed content searched per member, all of it together
+_HASH_TOKENS = 1 << 20  # tokens hashed at a time: tens of MiB of temporaries at most
+_BLOCK = 4 << 20  # bytes read as token ids at a time
+_TEXT_PIECE = 1 << 20  # bytes decoded and tokenized as text at a time
 _MIN_BLOB = 64  # bytes: shorter literals are not worth decoding
+# A .py file parsed for its literals at most (the gate's upload-size check holds code to 256 KiB).
+_PARSE_CAP = 1 << 20
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -55,14 +69,53 @@ def _hashes(tokens: np.ndarray) -> np.ndarray:
     return h
 
 
+class _OverCap(Exception):
+    """A member whose decoded contents exceed what the scan searches; the message says which limit."""
+
+
 @dataclass(frozen=True)
 class Carried:
     member: str
     covered: int
     how: str
+    refused: str = ""  # a limit of the scan the member ran past (then ``covered`` is what was found before it)
 
     def __str__(self) -> str:
+        if self.refused:
+            return f"{self.member}: {self.refused}; the public validation text could lie past what was searched"
         return f"{self.member} carries {self.covered:,} tokens of the public validation text just scored ({self.how})"
+
+
+class _Stream:
+    """Scored tokens found in a stream of token pieces (one text, one run of ids), hashed
+    ``_HASH_TOKENS`` at a time; windows across piece boundaries are hashed too."""
+
+    def __init__(self, known: np.ndarray) -> None:
+        self.known = known
+        self.carry: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.pos = 0  # tokens fed so far
+        self.last: int | None = None  # the start of the last window found (global)
+        self.total = 0
+
+    def feed(self, tokens: np.ndarray) -> None:
+        for at in range(0, len(tokens), _HASH_TOKENS):
+            piece: np.ndarray = tokens[at:at + _HASH_TOKENS].astype(np.int64)
+            seq = np.concatenate([self.carry, piece])
+            base = self.pos - len(self.carry)
+            h = _hashes(seq)
+            if len(h) and len(self.known):
+                index = np.minimum(np.searchsorted(self.known, h), len(self.known) - 1)
+                self._count(np.nonzero(self.known[index] == h)[0] + base)
+            self.carry = seq[len(seq) - min(len(seq), NGRAM - 1):]
+            self.pos += len(piece)
+
+    def _count(self, starts: np.ndarray) -> None:
+        """Add the tokens that windows starting at ``starts`` (sorted, global) cover and earlier ones did not."""
+        if not len(starts):
+            return
+        before = self.last if self.last is not None else int(starts[0]) - NGRAM
+        self.total += int(np.minimum(np.diff(starts, prepend=before), NGRAM).sum())
+        self.last = int(starts[-1])
 
 
 class ScoredText:
@@ -72,21 +125,16 @@ class ScoredText:
         self.vocab = vocab
         rows = [np.asarray(w, dtype=np.int64) for w in windows]
         stream = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-        self.known = np.unique(_hashes(stream))
+        self.known = np.unique(_hashes(stream))  # sorted: searched with searchsorted
 
     def covered(self, tokens: np.ndarray) -> int:
-        """How many of ``tokens`` lie inside a window that is also in the scored text."""
-        h = _hashes(tokens)
-        if not len(h) or not len(self.known):
-            return 0
-        hit = np.isin(h, self.known)
-        if not hit.any():
-            return 0
-        mark: np.ndarray = np.zeros(len(tokens) + 1, dtype=np.int32)
-        starts = np.nonzero(hit)[0]
-        np.add.at(mark, starts, 1)
-        np.add.at(mark, starts + NGRAM, -1)
-        return int((np.cumsum(mark)[:-1] > 0).sum())
+        """How many of ``tokens`` lie inside a window that is also in the scored text (bounded memory)."""
+        stream = self.stream()
+        stream.feed(tokens)
+        return stream.total
+
+    def stream(self) -> _Stream:
+        return _Stream(self.known)
 
     def _runs(self, values: np.ndarray) -> Iterator[np.ndarray]:
         """Maximal runs of ids in [0, vocab) at least NGRAM long (whole numbers, for a float view), as int64."""
@@ -99,10 +147,19 @@ class ScoredText:
         edges = np.diff(np.concatenate([[0], ok.astype(np.int8), [0]]))
         for start, stop in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0], strict=True):
             if stop - start >= NGRAM:
-                yield values[start:stop].astype(np.int64)
+                yield values[start:stop]
 
     def in_bytes(self, data: bytes) -> tuple[int, str]:
-        """The most scored tokens found in ``data`` read as integer or whole-float arrays, and which reading."""
+        """The most scored tokens found in ``data`` read as integer or whole-float arrays, and which
+        reading; ``_BLOCK`` bytes at a time (overlapping by a window of int64s), summed over blocks."""
+        total, how = 0, ""
+        for at in range(0, max(len(data) - _OVERLAP, 1), _BLOCK):
+            got, reading = self._in_block(memoryview(data)[at:at + _BLOCK + _OVERLAP])
+            total += got
+            how = how or reading
+        return total, how
+
+    def _in_block(self, data: memoryview) -> tuple[int, str]:
         best, how = 0, ""
         raw = np.frombuffer(data, dtype=np.uint8)
         for dtype in ("<i2", "<i4", "<i8", "<f4"):
@@ -131,24 +188,38 @@ def _chunks(path: Path) -> Iterator[bytes]:
             tail = block[-_OVERLAP:]
 
 
-def _unwrap(data: bytes) -> list[tuple[bytes, str]]:
-    """``data`` decoded once: base64, zlib, gzip, bzip2, xz (each tried; what works is returned, capped)."""
-    found: list[tuple[bytes, str]] = []
+def _unwrap(data: bytes) -> Iterator[tuple[bytes, str]]:
+    """``data`` decoded once: base64, zlib, gzip, bzip2, xz (each tried; what works, one at a time).
+    A decompression past ``UNWRAP_CAP`` is ``_OverCap``: what lies beyond it would go unsearched."""
     attempts: list[tuple[str, Callable[[bytes], bytes]]] = [
-        ("base64", lambda d: base64.b64decode(d, validate=False)),
-        ("zlib", lambda d: zlib.decompressobj().decompress(d, _UNWRAP_CAP)),
-        ("gzip", lambda d: zlib.decompressobj(wbits=31).decompress(d, _UNWRAP_CAP)),
-        ("bzip2", lambda d: bz2.BZ2Decompressor().decompress(d, _UNWRAP_CAP)),
-        ("xz", lambda d: lzma.LZMADecompressor().decompress(d, _UNWRAP_CAP)),
+        ("base64", lambda d: base64.b64decode(d, validate=False)),  # never longer than its input
+        ("zlib", lambda d: zlib.decompressobj().decompress(d, UNWRAP_CAP + 1)),
+        ("gzip", lambda d: zlib.decompressobj(wbits=31).decompress(d, UNWRAP_CAP + 1)),
+        ("bzip2", lambda d: bz2.BZ2Decompressor().decompress(d, UNWRAP_CAP + 1)),
+        ("xz", lambda d: lzma.LZMADecompressor().decompress(d, UNWRAP_CAP + 1)),
     ]
     for name, decode in attempts:
         try:
             out = decode(data)
         except (ValueError, binascii.Error, zlib.error, OSError, EOFError, lzma.LZMAError):
             continue
+        if len(out) > UNWRAP_CAP:
+            raise _OverCap(f"a {name} stream in it inflates past {UNWRAP_CAP:,} bytes, the scan's limit for one decompression")
         if len(out) >= _MIN_BLOB and out != data:
-            found.append((out, name))
-    return found
+            yield out, name
+        del out
+
+
+class _Budget:
+    """The bytes of decoded and decompressed content still to be searched in one member (``SCAN_CAP``)."""
+
+    def __init__(self) -> None:
+        self.left = SCAN_CAP
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise _OverCap(f"decoding and decompressing it gives over {SCAN_CAP:,} bytes to search, the scan's limit per member")
 
 
 def _literals(source: bytes) -> tuple[list[bytes], list[list[int]]]:
@@ -169,62 +240,78 @@ def _literals(source: bytes) -> tuple[list[bytes], list[list[int]]]:
     return blobs, ints
 
 
-def _as_text(data: bytes, tokenizer: Any) -> np.ndarray | None:
+def _text_covered(scored: ScoredText, data: bytes, tokenizer: Any) -> int | None:
+    """Scored tokens in ``data`` read as UTF-8 text, ``_TEXT_PIECE`` bytes at a time (each piece cut
+    before its last space, so pieces tokenize as the whole does); None when it is not UTF-8."""
     if len(data) > _TEXT_CAP:
         return None
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    stream, pending = scored.stream(), ""
     try:
-        text = data.decode("utf-8")
+        for at in range(0, len(data), _TEXT_PIECE):
+            final = at + _TEXT_PIECE >= len(data)
+            pending += decoder.decode(data[at:at + _TEXT_PIECE], final=final)
+            cut = len(pending) if final or pending.rfind(" ") <= 0 else pending.rfind(" ")
+            stream.feed(np.asarray(tokenizer.encode(pending[:cut]), dtype=np.int64))
+            pending = pending[cut:]
     except UnicodeDecodeError:
         return None
-    return np.asarray(tokenizer.encode(text), dtype=np.int64)
+    return stream.total
 
 
-def _scan_blob(scored: ScoredText, data: bytes, tokenizer: Any, depth: int) -> tuple[int, str]:
+def _scan_blob(scored: ScoredText, data: bytes, tokenizer: Any, depth: int, budget: _Budget) -> tuple[int, str]:
     best, how = 0, ""
-    tokens = _as_text(data, tokenizer)
-    if tokens is not None:
-        best, how = scored.covered(tokens), "as text"
+    text = _text_covered(scored, data, tokenizer)
+    if text is not None:
+        best, how = text, "as text"
     found, reading = scored.in_bytes(data)
     if found > best:
         best, how = found, reading
     if depth > 0:
         for inner, name in _unwrap(data):
-            got, inner_how = _scan_blob(scored, inner, tokenizer, depth - 1)
+            budget.spend(len(inner))
+            got, inner_how = _scan_blob(scored, inner, tokenizer, depth - 1, budget)
             if got > best:
                 best, how = got, f"{name}-encoded, {inner_how}"
     return best, how
 
 
 def _scan_member(scored: ScoredText, path: Path, tokenizer: Any) -> tuple[int, str]:
+    """The most scored tokens one reading of the member finds; ``_OverCap`` past a limit of the scan."""
     size = path.stat().st_size
-    if size <= _TEXT_CAP:
-        data = path.read_bytes()
-        best, how = _scan_blob(scored, data, tokenizer, depth=1)
-        if path.suffix == ".py":
-            blobs, ints = _literals(data)
-            for blob in blobs:
-                got, inner = _scan_blob(scored, blob, tokenizer, depth=2)
-                if got > best:
-                    best, how = got, f"in a string literal, {inner}"
-            for values in ints:
-                got = scored.covered(np.asarray(values, dtype=np.int64))
-                if got > best:
-                    best, how = got, "as a list of token ids"
-        return best, how
-    # A big binary (a checkpoint): token ids only, chunk by chunk, in flat memory.
-    total, how = 0, ""
-    for chunk in _chunks(path):
-        got, reading = scored.in_bytes(chunk)
-        total += got
-        how = how or reading
-    return total, how
+    if size > _TEXT_CAP:
+        # A big binary (a checkpoint): token ids only, chunk by chunk, in flat memory.
+        total, how = 0, ""
+        for chunk in _chunks(path):
+            got, reading = scored.in_bytes(chunk)
+            total += got
+            how = how or reading
+        return total, how
+    data, budget = path.read_bytes(), _Budget()
+    best, how = _scan_blob(scored, data, tokenizer, 1, budget)
+    if path.suffix == ".py" and size <= _PARSE_CAP:
+        blobs, ints = _literals(data)
+        for blob in blobs:
+            got, inner = _scan_blob(scored, blob, tokenizer, 2, budget)
+            if got > best:
+                best, how = got, f"in a string literal, {inner}"
+        for values in ints:
+            got = scored.covered(np.asarray(values, dtype=np.int64))
+            if got > best:
+                best, how = got, "as a list of token ids"
+    return best, how
 
 
 def carried(scored: ScoredText, root: Path, names: list[str], tokenizer: Any) -> list[Carried]:
-    """Every member of the archive at ``root`` that carries at least ``MIN_COVERED`` scored tokens."""
+    """Every member of the archive at ``root`` that carries at least ``MIN_COVERED`` scored tokens,
+    or that ran past a limit of the scan (``Carried.refused``)."""
     out = []
     for name in sorted(names):
-        best, how = _scan_member(scored, root / name, tokenizer)
+        try:
+            best, how = _scan_member(scored, root / name, tokenizer)
+        except _OverCap as exc:
+            out.append(Carried(name, 0, "", refused=str(exc)))
+            continue
         if best >= MIN_COVERED:
             out.append(Carried(name, best, how))
     return out
