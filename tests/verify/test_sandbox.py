@@ -61,6 +61,14 @@ def test_filesystem_is_read_only_but_the_scratch_dir(tmp_path: Path) -> None:
 
 
 @needs_bwrap
+def test_no_cgroup_hierarchy_is_visible_inside(tmp_path: Path) -> None:
+    """Two sandboxes share nothing: not the host's cgroups (the tree limits are applied from outside)."""
+    code, out = _run("import os\nprint('cgroup', os.path.exists('/sys/fs/cgroup'), 'cpu', os.path.isdir('/sys/devices/system/cpu'))",
+                     tmp_path / "s")
+    assert code == 0 and "cgroup False cpu True" in out, out
+
+
+@needs_bwrap
 def test_environment_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
     code, out = _run("import os, json\nprint(json.dumps(dict(os.environ)))", tmp_path / "s", env={"WANTED": "1"})

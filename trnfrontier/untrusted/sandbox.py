@@ -65,7 +65,10 @@ _SHIM = (
 # Host paths a Python run needs besides the interpreter (merged-/usr symlinks are recreated as symlinks).
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
-_SYS_DIRS = ("/sys/devices/system/cpu", "/sys/fs/cgroup")
+# The CPU topology (thread pools size themselves from it). Not /sys/fs/cgroup: the tree limits are
+# joined and watched from outside (treelimits), nothing inside reads them, and through it two
+# sandboxes would see one another's cgroups (memory, pids) and the host's whole hierarchy.
+_SYS_DIRS = ("/sys/devices/system/cpu",)
 
 
 def _physical_memory() -> int:

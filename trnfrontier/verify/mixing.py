@@ -4,7 +4,8 @@ A model can tell a separate probe from the scoring (the probe's rows are random 
 its batch sizes differ, it comes first) and keep the contract only there. So the rerun of
 ``evaluate_bpb`` itself carries the evidence. The trusted scorer calls the model with a
 batch of consecutive validation windows; ``MixedPass`` answers each call with two model
-servers, both started the same way and never sharing anything:
+servers, both started the same way, each in its own sandbox (its own writable tmpfs, PID,
+network and IPC namespaces, no view of the cgroups; what both see is the same read-only files):
 
 - the scored windows alternate between the servers (window ``w`` to server ``w % 2``), so
   neither server ever sees two adjacent windows, and neither sees what the other saw;
