@@ -134,6 +134,17 @@ hbm = private_hbm  # nki.language: "HBM - Alias of private_hbm"
 # ---------------------------------------------------------------- tensors and views
 
 
+def _no_truth_value(what: object) -> bool:
+    """A tile's data as a Python condition (``while t[0, 0]:``, ``if t:``) is not NKI: a
+    condition is evaluated when the kernel is traced (a static ``while``, unrolled) or is a
+    single register (a dynamic ``while``, nki-language-guide.rst "Dynamic Control Flow");
+    tile data is neither. Without this Python would call every tile true."""
+    raise NkiInterpreterError(
+        f"{what} used as a condition: tile data is not known when the kernel is traced; a while's "
+        "condition is a compile-time value or a register (nisa.register_load, not modelled here)"
+    )
+
+
 class Tensor:
     """One allocation: values, a written-bit per element, its buffer and dtype."""
 
@@ -162,6 +173,9 @@ class Tensor:
 
     def __getitem__(self, index: Any) -> View:
         return View(self, ()).__getitem__(index)
+
+    def __bool__(self) -> bool:
+        return _no_truth_value(self)
 
     @property
     def keeps_partition_dim(self) -> bool:
@@ -258,6 +272,9 @@ class View:
         index, shape = _normalise(tensor.shape, index, tensor.keeps_partition_dim)
         self.index = index
         self.shape = shape
+
+    def __bool__(self) -> bool:
+        return _no_truth_value(f"a view of {self.tensor}")
 
     # views of views: compose by re-indexing the parent's window
     def __getitem__(self, index: Any) -> View:

@@ -230,6 +230,32 @@ def test_a_static_while_is_legal_nki_but_not_this_repositorys_style(
         _kern(tmp_path, body, version, "style", portable=True)
 
 
+@pytest.mark.parametrize("version", BOTH)
+@pytest.mark.parametrize("condition", ["while t[0, 0]:", "while t:", "if o:"])
+def test_a_condition_on_tile_data_is_refused(tmp_path: Path, version: str, condition: str) -> None:
+    """A static while is unrolled at tracing and a dynamic one tests a register: a tile's data
+    as the condition is neither (Python alone would call every tile true, and loop forever)."""
+    body = _tile_body(f"nisa.tensor_copy(dst=o, src=t)\n{condition}\n    nisa.memset(dst=t, value=0.0)")
+    with pytest.raises(NkiInterpreterError, match="used as a condition: tile data is not known when the kernel is traced"):
+        _kern(tmp_path, body, version)(X)
+
+
+REDUCE_SCALE = """
+v = nl.ndarray((x.shape[0], 1), dtype={dtype}, buffer=nl.sbuf)
+nisa.memset(dst=v, value=2.0)
+s = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+nisa.activation_reduce(dst=o, op=nl.copy, data=t, reduce_op=nl.add, reduce_res=s, scale=v)
+"""
+
+
+@pytest.mark.parametrize("version", BOTH)
+def test_activation_reduce_takes_a_float32_vector_scale_in_both_versions(tmp_path: Path, version: str) -> None:
+    legal = _kern(tmp_path, _tile_body(REDUCE_SCALE.format(dtype="nl.float32")), version, "legal")
+    np.testing.assert_array_equal(legal(X), X * 2)
+    with pytest.raises(NkiInterpreterError, match="activation_reduce scale: a vector operand must be float32"):
+        _kern(tmp_path, _tile_body(REDUCE_SCALE.format(dtype="nl.bfloat16")), version, "bf16")(X)
+
+
 def _legal_only_in(tmp_path: Path, body: str, legal: str, want: np.ndarray, error: type, match: str):
     """``body`` runs (giving ``want``) under NKI ``legal`` and is refused under the other."""
     other = next(v for v in BOTH if v != legal)
