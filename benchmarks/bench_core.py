@@ -27,18 +27,28 @@ faster), their median and range, and a log-scale 95% interval (``stats.ratio_int
 task, real tasks 500-10,000; batches only fill with more); the few-shot draws still differ
 per item. The load average is recorded before and after.
 
+``--shots real-suite`` scores the same text with the real CORE suite's shape: one task per
+entry of nanochat's core.yaml (22, ``REAL_SUITE``), each with that entry's task type and
+few-shot count, its items those of a sample task of the same type (taken in turn). It is
+still the format sample's text (short items, so a 10-shot prompt is ~10 sample items long),
+but the real suite is mostly 10-shot, and shots are most of a prompt: the rows are as long
+as the crop allows, as the real bundle's are, and multiple choice shares a long context.
+
     .venv/bin/python benchmarks/bench_core.py --nanochat /work/nanochat [--run runs/x] \\
-        [--depth 2 --width 128] [--bundle sample] [--repeat 6] [--rounds 3] [--threads 1]
+        [--depth 2 --width 128] [--bundle sample] [--shots bundle|real-suite] [--repeat 6] \\
+        [--rounds 3] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +60,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 LEVERS = ("batched", "head_at_positions", "shared_prefix")
+
+# nanochat's core.yaml (the DCLM paper's CORE suite): label, task type, num_fewshot.
+REAL_SUITE = (
+    ("hellaswag_zeroshot", "multiple_choice", 0), ("jeopardy", "language_modeling", 10),
+    ("bigbench_qa_wikidata", "language_modeling", 10), ("arc_easy", "multiple_choice", 10),
+    ("arc_challenge", "multiple_choice", 10), ("copa", "multiple_choice", 0),
+    ("commonsense_qa", "multiple_choice", 10), ("piqa", "multiple_choice", 10),
+    ("openbook_qa", "multiple_choice", 0), ("lambada_openai", "language_modeling", 0),
+    ("hellaswag", "multiple_choice", 10), ("winograd", "schema", 0), ("winogrande", "schema", 0),
+    ("bigbench_dyck_languages", "language_modeling", 10), ("agi_eval_lsat_ar", "multiple_choice", 3),
+    ("bigbench_cs_algorithms", "language_modeling", 10), ("bigbench_operators", "language_modeling", 10),
+    ("bigbench_repeat_copy_logic", "language_modeling", 10), ("squad", "language_modeling", 10),
+    ("coqa", "language_modeling", 0), ("boolq", "multiple_choice", 10),
+    ("bigbench_language_identification", "multiple_choice", 10),
+)
 
 
 def load_model(args: argparse.Namespace) -> tuple[torch.nn.Module, str]:
@@ -84,7 +109,7 @@ class NanochatTokenizer:
         return int(self.tokenizer.get_bos_token_id())
 
 
-def scorers(model: torch.nn.Module) -> dict[str, tuple[Any, bool]]:
+def scorers(model: torch.nn.Module, levers: tuple[str, ...] = LEVERS) -> dict[str, tuple[Any, bool]]:
     from trnfrontier.evaluate.core.protocol import (
         LogitsScorer,
         PositionLogitsScorer,
@@ -92,11 +117,12 @@ def scorers(model: torch.nn.Module) -> dict[str, tuple[Any, bool]]:
     )
 
     cpu = torch.device("cpu")
-    return {
+    every = {
         "batched": (LogitsScorer(model, cpu), False),
         "head_at_positions": (PositionLogitsScorer(model, cpu), False),
         "shared_prefix": (SharedPrefixScorer(model, cpu), True),
     }
+    return {lever: every[lever] for lever in levers}
 
 
 def ours(tasks: list[tuple[Any, list[dict[str, Any]]]], tokenizer: Any, scorer: Any, share: bool, crop: int) -> list[list[Any]]:
@@ -116,14 +142,20 @@ def meta_of(task: Any) -> dict[str, Any]:
     return {"task_type": task.kind, "num_fewshot": task.num_fewshot, "continuation_delimiter": task.delimiter}
 
 
-def agreement(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, list[dict[str, Any]]]], crop: int) -> dict[str, Any]:
+def verdict_of(nanochat: Any, index: int, model: Any, tokenizer: Any, items: list[dict[str, Any]], task: Any) -> bool:
+    """nanochat's ``evaluate_example`` verdict, which must be a bool (not a tensor to coerce)."""
+    verdict = nanochat.evaluate_example(index, model, NanochatTokenizer(tokenizer), items, torch.device("cpu"), meta_of(task))
+    if not isinstance(verdict, bool):
+        raise SystemExit(f"nanochat's evaluate_example returned {type(verdict).__name__}, not bool; is --nanochat the pinned commit?")
+    return verdict
+
+
+def agreement(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, list[dict[str, Any]]]], crop: int,
+              levers: tuple[str, ...] = LEVERS) -> dict[str, Any]:
     """Per task and lever: items, disagreements, near-ties, disagreements that are not near-ties."""
-    reference = [
-        [bool(nanochat.evaluate_example(i, model, NanochatTokenizer(tokenizer), items, torch.device("cpu"), meta_of(task))) for i in range(len(items))]
-        for task, items in tasks
-    ]
+    reference = [[verdict_of(nanochat, i, model, tokenizer, items, task) for i in range(len(items))] for task, items in tasks]
     report: dict[str, Any] = {}
-    for lever, (scorer, share) in scorers(model).items():
+    for lever, (scorer, share) in scorers(model, levers).items():
         per_task = {}
         for (task, _items), expected, verdicts in zip(tasks, reference, ours(tasks, tokenizer, scorer, share, crop), strict=True):
             differ = [i for i, (a, b) in enumerate(zip(expected, verdicts, strict=True)) if a != b.correct]
@@ -144,7 +176,8 @@ def timed(run: Any) -> dict[str, float]:
     return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
 
 
-def rounds(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, list[dict[str, Any]]]], crop: int, count: int) -> dict[str, list[dict[str, float]]]:
+def rounds(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, list[dict[str, Any]]]], crop: int, count: int,
+           levers: tuple[str, ...] = LEVERS) -> dict[str, list[dict[str, float]]]:
     """Each side's times per round, the order reversed every other round."""
     ntok = NanochatTokenizer(tokenizer)
 
@@ -153,7 +186,7 @@ def rounds(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, lis
             nanochat.evaluate_task(model, ntok, items, torch.device("cpu"), meta_of(task))
 
     sides: dict[str, Any] = {"nanochat": reference}
-    for lever, (scorer, share) in scorers(model).items():
+    for lever, (scorer, share) in scorers(model, levers).items():
         sides[lever] = lambda scorer=scorer, share=share: ours(tasks, tokenizer, scorer, share, crop)
     times: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     for number in range(count):
@@ -164,12 +197,12 @@ def rounds(nanochat: Any, model: Any, tokenizer: Any, tasks: list[tuple[Any, lis
     return times
 
 
-def ratios(times: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+def ratios(times: dict[str, list[dict[str, float]]], levers: tuple[str, ...] = LEVERS) -> dict[str, Any]:
     """nanochat / trnf per lever, wall and CPU: per round, median, range, 95% interval."""
     from trnfrontier import stats
 
     out: dict[str, Any] = {}
-    for lever in LEVERS:
+    for lever in levers:
         out[lever] = {}
         for clock in ("wall", "cpu"):
             reference = [t[clock] for t in times["nanochat"]]
@@ -196,8 +229,32 @@ def setup(args: argparse.Namespace) -> tuple[Any, Any, torch.nn.Module, str, lis
     crop = args.crop or int(model.config.sequence_len)
     model.max_seq_len = crop  # nanochat crops at it; so does trnf (crop_length)
     resolved = fetch.resolve(args.bundle, args.bundle_sha256)
-    tasks = [(task, render.shuffled(resolved.bundle.items(task) * args.repeat, args.max_per_task)) for task in resolved.bundle.tasks]
+    chosen = real_suite(resolved.bundle.tasks) if args.shots == "real-suite" else [(task, task) for task in resolved.bundle.tasks]
+    tasks = [(task, render.shuffled(resolved.bundle.items(source) * args.repeat, args.max_per_task)) for task, source in chosen]
     return core_eval, tokenizer, model, described, tasks, resolved, crop
+
+
+def real_suite(sample: Any) -> list[tuple[Any, Any]]:
+    """(task to score, bundle task whose items it scores): the real suite's 22 entries, each
+    a bundle task of its type (in turn) with the entry's label and few-shot count."""
+    by_kind: dict[str, list[Any]] = {}
+    for task in sample:
+        by_kind.setdefault(task.kind, []).append(task)
+    used: dict[str, int] = {}
+    out = []
+    for label, kind, shots in REAL_SUITE:
+        if kind not in by_kind:
+            raise SystemExit(f"--shots real-suite needs a {kind} task in the bundle; it has none")
+        source = by_kind[kind][used.get(kind, 0) % len(by_kind[kind])]
+        used[kind] = used.get(kind, 0) + 1
+        out.append((dataclasses.replace(source, label=f"{label} <- {source.label}", num_fewshot=shots), source))
+    return out
+
+
+def nanochat_commit(path: str) -> str | None:
+    """The checkout's commit (``git rev-parse HEAD``), or None when it is no git checkout."""
+    done = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,31 +266,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bundle", default="sample")
     parser.add_argument("--bundle-sha256")
+    parser.add_argument("--shots", choices=("bundle", "real-suite"), default="bundle",
+                        help="bundle: its own tasks; real-suite: the real CORE suite's 22 task types and shot counts on its items")
     parser.add_argument("--repeat", type=int, default=6)
     parser.add_argument("--max-per-task", type=int)
     parser.add_argument("--crop", type=int, help="default: the model's training context")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--levers", default=",".join(LEVERS), help=f"comma-separated, of {', '.join(LEVERS)} (fewer: shorter runs)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/core_<date>.json")
     args = parser.parse_args(argv)
+    levers = tuple(lever for lever in LEVERS if lever in args.levers.split(","))
+    if not levers or set(args.levers.split(",")) - set(LEVERS):
+        parser.error(f"--levers takes a comma-separated list of {', '.join(LEVERS)}")
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     load_before = os.getloadavg()
     core_eval, tokenizer, model, described, tasks, resolved, crop = setup(args)
-    agree = agreement(core_eval, model, tokenizer, tasks, crop)
-    times = rounds(core_eval, model, tokenizer, tasks, crop, args.rounds)
+    agree = agreement(core_eval, model, tokenizer, tasks, crop, levers)
+    times = rounds(core_eval, model, tokenizer, tasks, crop, args.rounds, levers)
     document = {
         "benchmark": "bench_core",
         "date": datetime.date.today().isoformat(),
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(), "torch": torch.__version__},
+        "nanochat_commit": nanochat_commit(args.nanochat),
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "model": described,
                    "params": sum(p.numel() for p in model.parameters()), "crop": crop,
-                   "bundle_sha256": resolved.sha256, "items": sum(len(items) for _task, items in tasks)},
+                   "bundle_sha256": resolved.sha256, "items": sum(len(items) for _task, items in tasks),
+                   "tasks": {task.label: {"type": task.kind, "num_fewshot": task.num_fewshot, "items": len(items)} for task, items in tasks}},
         "agreement": agree,
         "times": times,
-        "ratio_nanochat_over_trnf": ratios(times),
+        "ratio_nanochat_over_trnf": ratios(times, levers),
     }  # fmt: skip
     out = args.out or REPO / "benchmarks" / "results" / f"core_{document['date']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
