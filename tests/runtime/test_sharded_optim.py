@@ -61,3 +61,22 @@ def test_optim_sharded_setting(setting: bool | str, world: int, clip: float, exp
 def test_unknown_setting_is_refused() -> None:
     with pytest.raises(ValueError, match="expected true, false or auto"):
         resolve_sharded("yes", 2, 0.0)
+
+
+def test_padding_to_many_ranks_costs_one_shared_chunk() -> None:
+    """22 matrices on 128 ranks: the tensor-form reduce would stack 128 (106 of them zero);
+    the list form allocates the 22 real chunks and one zero chunk every other rank shares."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from trnfrontier.runtime.sharded_optim import ShardedUpdate, _Bucket
+
+    params = [torch.zeros(8, 4) for _ in range(22)]
+    bucket = _Bucket(opt=None, group={}, params=params, chunk=1, start=0)  # type: ignore[arg-type]
+    grads = [torch.full((8, 4), float(i)) for i in range(22)]
+    chunks = ShardedUpdate._rank_chunks(SimpleNamespace(world=128), bucket, grads)  # type: ignore[arg-type]
+    assert len(chunks) == 128 and all(c.shape == (1, 8, 4) for c in chunks)
+    assert len({c.data_ptr() for c in chunks}) == 23
+    assert all(torch.equal(chunks[i][0], grads[i]) for i in range(22))
+    assert all(c is chunks[22] and not c.any() for c in chunks[22:])

@@ -9,7 +9,8 @@ made (``AdamW`` and ``Muon``, with their param groups, schedule tensors and comp
 1. reduce: each gradient multiplied by 1/world (as DDP does before it sums), then summed
    so that each rank receives only its share: every bucket of same-shaped Muon matrices
    is stacked, zero-padded to a whole number of matrices per rank and reduce-scattered
-   (rank r owns matrices ``[r*chunk, (r+1)*chunk)``); an AdamW tensor of at least
+   (rank r owns matrices ``[r*chunk, (r+1)*chunk)``; the ranks that own only padding share
+   one zero chunk, so padding a bucket to 128 ranks costs one chunk); an AdamW tensor of at least
    ``SLICE_MIN_NUMEL`` elements whose first dimension divides by the world size is
    reduce-scattered by rows; the remaining small AdamW tensors are all-reduced in one
    flat buffer and stepped on every rank (they are a few thousand numbers);
@@ -114,7 +115,9 @@ class _Pending:
 
     works: list[Any] = field(default_factory=list)
     muon_grads: list[Tensor] = field(default_factory=list)  # per bucket: [chunk, *shape]
-    muon_stacks: list[Tensor] = field(default_factory=list)  # per bucket: [chunk*world, *shape]
+    # per bucket: one [chunk, *shape] tensor per rank (the reduce's input, then the gather's
+    # output); a rank that owns only padding shares one zero tensor (see _rank_chunks)
+    muon_stacks: list[list[Tensor]] = field(default_factory=list)
     adam_grads: dict[int, Tensor] = field(default_factory=dict)  # id(param) -> reduced share
 
     def wait(self) -> None:
@@ -238,15 +241,34 @@ class ShardedUpdate:
             for p, part in zip(small, flat.split([p.numel() for p in small]), strict=True):
                 pending.adam_grads[id(p)] = part.view_as(p)
         for bucket in self.buckets:
-            first = bucket.params[0]
-            stack = first.new_zeros((bucket.chunk * self.world, *first.shape))
-            torch.stack([self._grad(p) for p in bucket.params], out=stack[: len(bucket.params)])
-            stack.mul_(scale)
-            out = first.new_empty((bucket.chunk, *first.shape))
-            pending.works.append(_reduce_scatter(out, stack, async_op=True))
+            chunks = self._rank_chunks(bucket, [self._grad(p) for p in bucket.params])
+            for chunk in {id(c): c for c in chunks}.values():
+                chunk.mul_(scale)
+            out = bucket.params[0].new_empty((bucket.chunk, *bucket.params[0].shape))
+            pending.works.append(dist.reduce_scatter(out, chunks, async_op=True))
             pending.muon_grads.append(out)
-            pending.muon_stacks.append(stack)
+            pending.muon_stacks.append(chunks)
         return pending
+
+    def _rank_chunks(self, bucket: _Bucket, tensors: list[Tensor]) -> list[Tensor]:
+        """``tensors`` (one per matrix of ``bucket``) as one [chunk, *shape] tensor per rank,
+        zero-padded. The list form of the collectives: the tensor form needs chunk*world
+        matrices in one allocation, most of it padding when a bucket has fewer matrices than
+        there are ranks (22 matrices on 128 ranks: 106 zero matrices), while here every rank
+        that owns nothing shares one zero tensor. Same sums as the stacked tensor form."""
+        first = bucket.params[0]
+        shared_zero: Tensor | None = None
+        chunks: list[Tensor] = []
+        for rank in range(self.world):
+            mine = tensors[rank * bucket.chunk : (rank + 1) * bucket.chunk]
+            if not mine:
+                shared_zero = first.new_zeros((bucket.chunk, *first.shape)) if shared_zero is None else shared_zero
+                chunks.append(shared_zero)
+                continue
+            chunk = first.new_zeros((bucket.chunk, *first.shape))
+            torch.stack(mine, out=chunk[: len(mine)])
+            chunks.append(chunk)
+        return chunks
 
     def _clip(self, pending: _Pending, max_norm: float) -> None:
         """Scale every share by ``max_norm / (norm + 1e-6)`` (at most 1), the rule of
@@ -295,9 +317,11 @@ class ShardedUpdate:
                 state[key] = torch.zeros_like(view, memory_format=torch.preserve_format)
         return state
 
-    def _update_muon(self, bucket: _Bucket, grads: Tensor, stack: Tensor, gathers: list[Any]) -> None:
+    def _update_muon(self, bucket: _Bucket, grads: Tensor, chunks: list[Tensor], gathers: list[Any]) -> None:
         """Muon on this rank's matrices of the bucket (``Muon._step_group``'s call), then
-        every rank's matrices all-gathered into ``stack`` and copied into the others."""
+        every rank's matrices all-gathered into ``chunks`` (the reduce's inputs, done with)
+        and copied into the others. A shared zero chunk receives only zeros: the ranks it
+        stands for own nothing and send zeros."""
         owned, group, opt = bucket.owned, bucket.group, bucket.opt
         if owned:
             states = [opt._init_state(p, group) for p in owned]
@@ -305,11 +329,12 @@ class ShardedUpdate:
         mine = torch.zeros_like(grads)
         if owned:
             torch.stack(owned, out=mine[: len(owned)])
-        work = _all_gather(stack, mine, async_op=True)
+        work = dist.all_gather(chunks, mine, async_op=True)
 
         def copy_back() -> None:
             mine_ids = {id(p) for p in owned}
-            for p, new in zip(bucket.params, stack.unbind(0), strict=False):
+            gathered = (new for chunk in chunks for new in chunk.unbind(0))
+            for p, new in zip(bucket.params, gathered, strict=False):
                 if id(p) not in mine_ids:
                     p.copy_(new)
 
