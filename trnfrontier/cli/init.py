@@ -76,9 +76,10 @@ def command(
 
     recipe = recipe or DEFAULT_RECIPES[phase or 1]
     extra = [f"phase={phase}"] if phase is not None else []
-    resolved = load_recipe(recipe, [*extra, *(overrides or [])]).model_dump(mode="json")
+    loaded = load_recipe(recipe, [*extra, *(overrides or [])])
+    resolved = loaded.model_dump(mode="json")
     chosen = phase_of(resolved)
-    launch = launch_for(resolved["runtime"], chosen)
+    launch = launch_for(loaded.resolved().runtime, chosen)
     source = render_train_py(
         resolved, "single", purpose=f"{directory.resolve().name}'s own training script"
     )

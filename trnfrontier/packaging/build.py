@@ -42,7 +42,7 @@ from trnfrontier.packaging.writeup import (
     recipe_differences,
     render_writeup,
 )
-from trnfrontier.runtime.recipe import RecipeError, grad_accum_steps
+from trnfrontier.runtime.recipe import RecipeError, ResolvedRecipe, RuntimeSpec
 from trnfrontier.runtime.rundir import KIT_FILE, META_FILE, MODEL_FILE, SUMMARY_FILE, read_jsonl
 from trnfrontier.trusted_prepare import project_root_file
 from trnfrontier.verify.screen import screen_members
@@ -71,9 +71,9 @@ class PackageResult:
 # ---------------------------------------------------------------------------- shared pieces
 
 
-def launch_for(runtime: dict[str, Any], phase: Phase = PHASES[DEFAULT_PHASE]) -> str:
-    """The organisers' launch line for a recipe's runtime section (a shape of ``phase``)."""
-    nproc, lnc = int(runtime.get("nproc", 1)), int(runtime.get("lnc", 2))
+def launch_for(runtime: RuntimeSpec, phase: Phase = PHASES[DEFAULT_PHASE]) -> str:
+    """The organisers' launch line for a recipe's runtime (a shape of ``phase``)."""
+    nproc, lnc = runtime.nproc, runtime.lnc
     if phase.number == DEFAULT_PHASE and nproc not in NPROC_CHOICES:
         raise TrnfError(
             f"runtime.nproc={nproc}: the organisers' launch takes --nproc_per_node {choices_text(NPROC_CHOICES)}; retrain with one of those"
@@ -86,6 +86,15 @@ def launch_for(runtime: dict[str, Any], phase: Phase = PHASES[DEFAULT_PHASE]) ->
     return launch_line(nproc, lnc)
 
 
+def typed_recipe(recipe: dict[str, Any], where: Path) -> ResolvedRecipe:
+    """A run's recipe.json as the typed recipe its train.py will train (which reads it the
+    same way, so one it cannot read is refused here rather than at the train.py's first line)."""
+    try:
+        return ResolvedRecipe.from_dict(recipe)
+    except RecipeError as exc:
+        raise TrnfError(f"{where}: its recipe is not one this trnf {__version__} can train ({exc}); retrain it with this trnf") from None
+
+
 def check_launch(line: str, phase: Phase = PHASES[DEFAULT_PHASE]) -> str:
     """A launch line the organisers accept for ``phase``, stripped; a bad one is a usage error."""
     try:
@@ -95,17 +104,16 @@ def check_launch(line: str, phase: Phase = PHASES[DEFAULT_PHASE]) -> str:
     return line.strip()
 
 
-def run_launch(recipe: dict[str, Any], phase: Phase, given: str | None) -> str:
+def run_launch(recipe: ResolvedRecipe, phase: Phase, given: str | None) -> str:
     """The launch line of a run's archive: ``given`` (``--launch``: the shape the organisers
     will run, when the run rehearsed at another scale) or the recipe's own; either way one
     the recipe's batch divides across (else its train.py would stop at the first line)."""
     if given is None:
-        return launch_for(recipe["runtime"], phase)
+        return launch_for(recipe.runtime, phase)
     line = check_launch(given, phase)
     nproc = parse_launch(line, phase).nproc
-    data, model = recipe["data"], recipe["model"]
     try:
-        grad_accum_steps(int(data["batch_size"]), int(model["sequence_len"]), nproc, data.get("total_batch_tokens"))
+        recipe.grad_accum_steps(nproc)
     except RecipeError as exc:
         raise UsageError(f"--launch {given!r}: the recipe's batch does not divide across {nproc} processes ({exc})") from None
     return line
@@ -372,7 +380,7 @@ def package_run(
         unmeasured="summary.json has none: the run had eval.final off; run `trnf eval` on it",
         phase=phase,
     )
-    launch = run_launch(recipe, phase, launch)
+    launch = run_launch(typed_recipe(recipe, run.path), phase, launch)
 
     members: dict[str, Path | bytes] = {
         fmt.TRAIN_PY: render_train_py(recipe, "single" if single_file else "package").encode(

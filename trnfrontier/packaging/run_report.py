@@ -11,8 +11,9 @@ from pathlib import Path
 
 from trnfrontier import submission as fmt
 from trnfrontier.contract.kit import LAUNCH_FILE
+from trnfrontier.contract.phases import phase_of
 from trnfrontier.errors import TrnfError
-from trnfrontier.packaging.build import add_writeup, launch_for, summary_facts
+from trnfrontier.packaging.build import add_writeup, launch_for, summary_facts, typed_recipe
 from trnfrontier.packaging.trainpy import uses_kernels
 from trnfrontier.packaging.writeup import existing_team_text
 from trnfrontier.runtime.atomic import atomic_write_bytes
@@ -34,7 +35,8 @@ def write_run_report(run_dir: Path) -> list[Path]:
         except (OSError, ValueError) as exc:
             raise TrnfError(f"{run_dir / RECIPE_FILE}: unreadable ({exc}); nothing to write up") from None
     if recipe is not None:
-        launch, kernels, source = launch_for(recipe["runtime"]), uses_kernels(recipe), f"run directory {run_dir.name}"
+        launch = launch_for(typed_recipe(recipe, run_dir).runtime, phase_of(recipe))
+        kernels, source = uses_kernels(recipe), f"run directory {run_dir.name}"
     else:  # a kit run (`trnf train --train-py`): the team's train.py, the launch line it ran with
         try:
             launch = (run_dir / LAUNCH_FILE).read_text(encoding="utf-8").strip()
