@@ -103,3 +103,31 @@ def test_a_knob_without_bounds_takes_the_runtime_type_and_is_still_validated() -
     assert schema.OptimSection.model_fields["nesterov"].annotation is bool
     with pytest.raises(ValueError, match="nesterov"):
         schema.OptimSection(nesterov="yes")  # type: ignore[arg-type]
+
+
+def test_the_phase_default_is_one_constant_on_both_sides() -> None:
+    # recipe.json leaves the default phase out; the schema, the runtime and the contract
+    # must agree on which phase that is, or a Phase 1 run would read back as another.
+    from trnfrontier.contract.phases import DEFAULT_PHASE, PHASES
+
+    assert Recipe.model_fields["phase"].default == spec.DEFAULT_PHASE == DEFAULT_PHASE
+    assert ResolvedRecipe.__dataclass_fields__["phase"].default == DEFAULT_PHASE
+    assert "phase" not in Recipe(name="x").model_dump(mode="json")
+    assert Recipe(name="x").resolved().to_dict() == Recipe(name="x").model_dump(mode="json")
+    for number in PHASES:  # every phase the contract knows is one the runtime reads back
+        assert ResolvedRecipe.from_dict({**Recipe(name="x").model_dump(mode="json"), "phase": number}).phase == number
+
+
+def test_the_eval_defaults_are_the_trusted_prepares() -> None:
+    # EvalSpec restates the contract's public evaluation (the runtime imports no prepare.py
+    # at import time); this holds the copy to the trusted file's constants.
+    import inspect
+
+    import prepare
+    from trnfrontier.evaluate.library import DEFAULT_BATCH_SIZE
+
+    default = spec.EvalSpec()
+    assert default.tokens == prepare.EVAL_TOKENS_PUBLIC
+    assert default.seq_len == prepare.EVAL_SEQ_LEN
+    assert default.batch_size == inspect.signature(prepare.eval_public).parameters["batch_size"].default
+    assert DEFAULT_BATCH_SIZE == default.batch_size  # `trnf eval`'s default when nothing is recorded

@@ -69,12 +69,12 @@ def command(
     if inference_only:
         return _write_inference_only(directory, recipe, phase, overrides, force)
     from trnfrontier.contract.inference_source import inference_py_source
-    from trnfrontier.contract.phases import phase_of
+    from trnfrontier.contract.phases import DEFAULT_PHASE, phase_of
     from trnfrontier.packaging.build import launch_for  # imports torch: only when the command runs
     from trnfrontier.packaging.trainpy import render_train_py
     from trnfrontier.recipes.loading import load_recipe
 
-    recipe = recipe or DEFAULT_RECIPES[phase or 1]
+    recipe = recipe or DEFAULT_RECIPES[phase or DEFAULT_PHASE]
     extra = [f"phase={phase}"] if phase is not None else []
     loaded = load_recipe(recipe, [*extra, *(overrides or [])])
     resolved = loaded.model_dump(mode="json")
@@ -128,12 +128,13 @@ def _write_files(directory: Path, targets: dict[Path, str], force: bool, copies:
 def _write_inference_only(directory: Path, recipe: str | None, phase: int | None, overrides: list[str] | None, force: bool) -> int:
     """``--inference-only``: Phase 2's inference.py alone, for a team whose train.py is its own."""
     from trnfrontier.contract.inference_source import inference_py_source
+    from trnfrontier.contract.phases import PHASES
     from trnfrontier.submission import INFERENCE_PY
 
     if recipe is not None or overrides:
         raise UsageError("--inference-only writes no train.py, so it takes no --recipe or overrides")
-    if phase == 1:
-        raise UsageError("--inference-only: Phase 1 submissions carry no inference.py (it is Phase 2's)")
+    if phase is not None and not PHASES[phase].inference_py:
+        raise UsageError(f"--inference-only: Phase {phase} submissions carry no inference.py (it is Phase 2's)")
     target = directory / INFERENCE_PY
     _write_files(directory, {target: inference_py_source()}, force)
     out().print(f"wrote {target}: it loads the model with load_for_eval from the train.py beside it")

@@ -33,6 +33,7 @@ from trnfrontier.runtime.budget_rule import (
     STARTUP_CAP_SECONDS,
     STARTUP_STEPS_EXCLUDED,
 )
+from trnfrontier.runtime.recipe import DEFAULT_PHASE
 
 # Per Trainium2 chip: 8 physical NeuronCore-v3; NEURON_LOGICAL_NC_CONFIG=2 pairs them (4 logical).
 CORES_PER_CHIP = 8
@@ -149,7 +150,6 @@ PHASES: dict[int, Phase] = {
         ),
     ),
 }
-DEFAULT_PHASE = 1
 
 
 def phase_of(recipe: dict[str, Any]) -> Phase:

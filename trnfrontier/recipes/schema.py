@@ -276,11 +276,11 @@ class RunSection(Section, spec=spec.RunSpec):
 class Recipe(Section):
     name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    # An int in [1, 2], not Literal[1, 2]: a Literal accepts true as 1.
+    # An int within the contract's phases, not Literal[1, 2]: a Literal accepts true as 1.
     phase: int = Field(
         DEFAULT_PHASE,
-        ge=1,
-        le=2,
+        ge=min(PHASES),
+        le=max(PHASES),
         description="The competition phase the run is for (contract/phases.py): 1, one chip for 30 minutes; "
         "2, a 16-chip trn2.48xlarge for 4 hours (budget.seconds defaults to 14400, package and verify "
         "check Phase 2's launch shapes and an inference.py).",

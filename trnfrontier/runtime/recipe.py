@@ -25,6 +25,10 @@ from trnfrontier.runtime.budget_rule import (
     STARTUP_STEPS_EXCLUDED,
 )
 
+# The competition phase a recipe is for when it names none (``contract/phases.py`` holds the
+# phases; it takes this number, since the runtime may not import the tool layer).
+DEFAULT_PHASE = 1
+
 
 class RecipeError(ValueError):
     """A resolved recipe that is missing keys, has unknown ones, or breaks the geometry."""
@@ -236,8 +240,8 @@ class ResolvedRecipe:
     eval: EvalSpec
     kernels: KernelsSpec
     run: RunSpec
-    # The competition phase (1 or 2); recipe.json leaves Phase 1 out, so it is optional here.
-    phase: int = 1
+    # The competition phase (1 or 2); recipe.json leaves the default out, so it is optional here.
+    phase: int = DEFAULT_PHASE
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResolvedRecipe:
@@ -263,14 +267,14 @@ class ResolvedRecipe:
             eval=_section(EvalSpec, data["eval"], "eval"),
             kernels=_section(KernelsSpec, data["kernels"], "kernels"),
             run=_section(RunSpec, data["run"], "run"),
-            phase=_phase(data.get("phase", 1)),
+            phase=_phase(data.get("phase", DEFAULT_PHASE)),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data, equal to the ``model_dump(mode="json")`` it came from."""
         data = dataclasses.asdict(self)
         data["optim"]["adam_betas"] = list(self.optim.adam_betas)
-        if self.phase == 1:
+        if self.phase == DEFAULT_PHASE:
             del data["phase"]  # as the schema writes it: Phase 1 recipes are unchanged
         return data
 
