@@ -45,21 +45,36 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "_shipped" not in p.parts}
 
 
-def _imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """The trnfrontier modules ``path`` imports (``from pkg import mod`` names the module)."""
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The trnfrontier modules module ``name`` (at ``path``) imports: ``from pkg import mod``
+    names the module ``pkg.mod``, ``from pkg import name`` the package (whose ``__init__``
+    must define it); a relative ``from ..pkg import mod`` is resolved against ``name``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name in known and name != "trnfrontier"}
+        elif isinstance(node, ast.ImportFrom) and (base := _absolute(package, node.level, node.module)):
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return {module for module in found if module in known and module != "trnfrontier"}
+
+
+def _absolute(package: str, level: int, module: str | None) -> str:
+    """The module a ``from`` import names: ``module`` itself when absolute, else resolved
+    ``level`` packages up from ``package`` (``""`` when it climbs above the top)."""
+    if level == 0:
+        return module or ""
+    parts = package.split(".")
+    if level > len(parts):
+        return ""
+    base = ".".join(parts[: len(parts) - level + 1])
+    return f"{base}.{module}" if module else base
 
 
 def _graph() -> dict[str, set[str]]:
     known = _modules()
-    return {name: _imports(path, known) - {name} for name, path in known.items()}
+    return {name: _imports(name, path, known) - {name} for name, path in known.items()}
 
 
 def _unit(module: str) -> str:
@@ -87,6 +102,20 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (found := visit(node)) is not None:
             return found
     return None
+
+
+def test_relative_imports_are_seen(tmp_path: Path) -> None:
+    # A cross-package ``from ..x import y`` must count like its absolute spelling, or an
+    # upward import written relatively would pass the layer rule unseen.
+    known = _modules()
+    source = tmp_path / "build.py"
+    source.write_text("from ..runtime import recipe\nfrom . import flatten\nfrom .trainpy import uses_kernels\n")
+    assert _imports("trnfrontier.packaging.build", source, known) == {
+        "trnfrontier.runtime.recipe", "trnfrontier.packaging.flatten", "trnfrontier.packaging.trainpy",
+    }
+    package_init = tmp_path / "__init__.py"
+    package_init.write_text("from .report import Check\nfrom ..cli import app\nfrom .. import __version__\n")
+    assert _imports("trnfrontier.verify", package_init, known) == {"trnfrontier.verify.report", "trnfrontier.cli.app"}
 
 
 def test_no_module_imports_itself_back() -> None:
