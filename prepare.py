@@ -11,7 +11,7 @@ Command line:
     python prepare.py eval-public --train-py PATH --checkpoint PATH [--tokens N] [--seq-len N]
                                   [--batch-size N] [--device cpu]
 
-The surface a train.py may use is the organisers' (KIT-CONTRACT.md): the constants,
+The surface a train.py may use is the organisers' (docs/kit-contract.md): the constants,
 ``Tokenizer``, ``ensure_tokenizer``, ``get_token_bytes``, ``get_dist_info``, ``print0``,
 ``make_dataloader``, ``_document_batches``, ``_row_groups_for_split``,
 ``record_step_boundary`` (0-based step index; ``$NEURON_COMPETITION_R1_STEP_LOG``),

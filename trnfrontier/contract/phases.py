@@ -9,7 +9,7 @@ numbers: a rule the organisers publish or change is one edit here.
 
 What is known and what is inferred (``docs/phase2.md`` says why):
 
-- Phase 1 is evidenced (KIT-CONTRACT.md): ``NEURON_LOGICAL_NC_CONFIG=<1|2> torchrun
+- Phase 1 is evidenced (``docs/kit-contract.md``): ``NEURON_LOGICAL_NC_CONFIG=<1|2> torchrun
   --standalone --nproc_per_node=<1|4|8> train.py``, any of those pairs; 1,800 s charged
   after 5 uncharged startup steps, at most 900 s of startup excluded.
 - Phase 2's machine, hours and score are quoted from the kit README: 16 chips, 14,400 s,
