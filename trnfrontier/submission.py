@@ -64,7 +64,6 @@ FORMAT = "trnf-submission/1"
 
 TRAIN_PY = "train.py"
 INFERENCE_PY = "inference.py"  # Phase 2 (contract.phases: inference_py)
-LAUNCH_TXT = LAUNCH_FILE  # the organisers' launch line, as they name it
 MANIFEST = "manifest.json"
 WRITEUP = "WRITEUP.md"
 LOSS_CURVE = "loss_curve.png"
@@ -80,7 +79,7 @@ EVAL_CHECKPOINT = CHECKPOINT_FINAL_PT
 
 REQUIRED_MEMBERS: tuple[str, ...] = (
     TRAIN_PY,
-    LAUNCH_TXT,
+    LAUNCH_FILE,
     CHECKPOINT_SAFETENSORS,
     CHECKPOINT_META,
     CHECKPOINT_FINAL_PT,
@@ -119,7 +118,7 @@ def is_allowed_member(name: str) -> bool:
 
 def code_members(names: list[str] | set[str]) -> list[str]:
     """The members a screen and the portal size limit apply to: every .py file and launch.txt."""
-    return sorted(n for n in names if n.endswith(".py") or n == LAUNCH_TXT)
+    return sorted(n for n in names if n.endswith(".py") or n == LAUNCH_FILE)
 
 
 def file_entry(path: Path, chunk_size: int = 1 << 20) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Every trnf command on a kit that has only the organisers' surface (tests/fixtures/kit).
 
-The stub prepare.py has exactly KIT-CONTRACT.md's names (test_kit_surface.py proves it), so
+The stub prepare.py has exactly docs/kit-contract.md's names (test_kit_surface.py proves it), so
 what passes here needs nothing of trnf's own prepare.py: `trnf --prepare STUB` train
 --train-py (0-based step counting, the kit's knobs forwarded), eval --train-py (and the
 agreement with the stub's own eval-public to 1e-6), package --train-py (steps, charged

@@ -1,6 +1,6 @@
 """The project's prepare.py and the stub organisers' prepare.py expose the same contract.
 
-The stub (tests/fixtures/kit/prepare.py) has exactly the names of KIT-CONTRACT.md and no
+The stub (tests/fixtures/kit/prepare.py) has exactly the names of docs/kit-contract.md and no
 public extra, so every flow the kit tests drive through it proves that trnf needs nothing
 beyond that surface. Here: the names, the signatures (parameter names, order and kinds),
 the constants, and that the project's extras are all optional.

@@ -50,7 +50,7 @@ def test_archive_contents_and_manifest(tiny_run: Path, tmp_path: Path) -> None:
         manifest["git"]
     ) == {"commit", "dirty"}
     assert (
-        members[fmt.LAUNCH_TXT].decode().strip()
+        members[fmt.LAUNCH_FILE].decode().strip()
         == manifest["launch"]
         == "NEURON_LOGICAL_NC_CONFIG=2 torchrun --standalone --nproc_per_node=1 train.py"
     )

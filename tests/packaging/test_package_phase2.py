@@ -34,7 +34,7 @@ def test_phase_2_archive_carries_inference_py_and_its_phase(run_copy: Path, tmp_
     result = package_run(_as_phase_2(run_copy), tmp_path / "s.tar", launch=SERVER_LAUNCH)
     members = _members(tmp_path / "s.tar")
     assert members[fmt.INFERENCE_PY].decode() == inference_py_source()
-    assert members[fmt.LAUNCH_TXT].decode().strip() == SERVER_LAUNCH
+    assert members[fmt.LAUNCH_FILE].decode().strip() == SERVER_LAUNCH
     assert result.manifest["phase"] == 2 and fmt.INFERENCE_PY in result.manifest["files"]
 
 

@@ -12,7 +12,7 @@ import trnfrontier.verify.runner as runner
 from trnfrontier import submission as fmt
 from trnfrontier.verify.report import passed
 
-TARGETS = [fmt.CHECKPOINT_SAFETENSORS, fmt.CHECKPOINT_FINAL_PT, fmt.TRAIN_PY, fmt.STEP_LOG, fmt.LAUNCH_TXT]
+TARGETS = [fmt.CHECKPOINT_SAFETENSORS, fmt.CHECKPOINT_FINAL_PT, fmt.TRAIN_PY, fmt.STEP_LOG, fmt.LAUNCH_FILE]
 
 
 def _corrupt(data: bytes, rng: random.Random) -> bytes:

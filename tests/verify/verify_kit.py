@@ -167,7 +167,7 @@ def write_files(dest: Path, *, state: dict[str, torch.Tensor] | None = None, tra
     state = tiny_state() if state is None else state
     files: dict[str, bytes | None] = {
         fmt.TRAIN_PY: train_py.encode(),
-        fmt.LAUNCH_TXT: (launch + "\n").encode(),
+        fmt.LAUNCH_FILE: (launch + "\n").encode(),
         fmt.CHECKPOINT_META: json.dumps({"model_config": {"vocab_size": 8192, "n_embd": 16}}).encode(),
         fmt.WRITEUP: b"# Tiny test submission\n",
         fmt.METRICS_LOG: b'{"step": 1, "loss": 9.0}\n',

@@ -12,6 +12,7 @@ from trnfrontier.cli.modes import check_mode
 from trnfrontier.console import err, out, print_json
 from trnfrontier.errors import TrnfError
 from trnfrontier.hints import trnf_line
+from trnfrontier.runtime.recipe import DEFAULT_PHASE
 from trnfrontier.runtime.rundir import COMPLETED, CRASHED, DIVERGED
 
 
@@ -92,7 +93,7 @@ def command(
             steps=steps,
             args=script_args,
             json_output=json_output,
-            phase=phase or 1,
+            phase=phase or DEFAULT_PHASE,
         )
         return
 

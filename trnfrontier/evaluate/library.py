@@ -34,6 +34,7 @@ from trnfrontier.runtime.integrity import (
     check_weights,
 )
 from trnfrontier.runtime.prepare_calls import constant, missing_names
+from trnfrontier.runtime.recipe import DEFAULT_PHASE
 from trnfrontier.runtime.rundir import FINAL_DIR, RECIPE_FILE, SUMMARY_FILE
 from trnfrontier.submission import INFERENCE_PY
 from trnfrontier.trusted_prepare import load_contract
@@ -135,7 +136,7 @@ def recorded_settings(path: Path) -> dict[str, Any]:
         elif eval_section.get(key):
             found[key] = int(eval_section[key])
             found[f"{key}_source"] = "recipe recorded with the checkpoint"
-    found["phase"] = recipe.get("phase", 1)
+    found["phase"] = recipe.get("phase", DEFAULT_PHASE)
     model_section: dict[str, Any] = recipe["model"] if isinstance(recipe.get("model"), dict) else {}
     if model_section.get("sequence_len"):
         found["train_seq_len"] = int(model_section["sequence_len"])
@@ -195,7 +196,7 @@ def core_inference_py(target: Target, recorded: dict[str, Any]) -> str | None:
     if target.train_py is not None:
         beside = target.train_py.parent / INFERENCE_PY
         return str(beside) if beside.is_file() else None
-    if recorded.get("phase", 1) != 1:
+    if recorded.get("phase", DEFAULT_PHASE) != DEFAULT_PHASE:
         from trnfrontier.contract.inference_source import TEMPLATE
 
         return str(TEMPLATE)

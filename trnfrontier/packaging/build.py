@@ -386,7 +386,7 @@ def package_run(
         fmt.TRAIN_PY: render_train_py(recipe, "single" if single_file else "package").encode(
             "utf-8"
         ),
-        fmt.LAUNCH_TXT: (launch + "\n").encode(),
+        fmt.LAUNCH_FILE: (launch + "\n").encode(),
         fmt.CHECKPOINT_SAFETENSORS: run.final_dir / MODEL_FILE,
         fmt.CHECKPOINT_META: run.final_dir / META_FILE,
         fmt.CHECKPOINT_FINAL_PT: run.final_dir / KIT_FILE,

@@ -249,8 +249,8 @@ def _from_run_dir(
     if run_dir is not None and checkpoint is None:
         recorded = read_json(Path(run_dir) / SUMMARY_FILE, "summary.json").get("final_checkpoint")
         checkpoint = Path(recorded) if recorded else None
-    if run_dir is not None and launch is None and (Path(run_dir) / fmt.LAUNCH_TXT).is_file():
-        launch = (Path(run_dir) / fmt.LAUNCH_TXT).read_text(encoding="utf-8")
+    if run_dir is not None and launch is None and (Path(run_dir) / fmt.LAUNCH_FILE).is_file():
+        launch = (Path(run_dir) / fmt.LAUNCH_FILE).read_text(encoding="utf-8")
     if checkpoint is None or launch is None:
         missing = " and ".join(
             n
@@ -350,7 +350,7 @@ def package_kit(
             raise
         # A Phase 2 run rehearses at a scale a CPU (or a few chips) holds: its launch.txt is that one.
         raise UsageError(
-            f"{run_dir / fmt.LAUNCH_TXT} records the launch the run rehearsed, {launch.strip()!r}, not a Phase "
+            f"{run_dir / fmt.LAUNCH_FILE} records the launch the run rehearsed, {launch.strip()!r}, not a Phase "
             f"{rules.number} one; give --launch with the one the organisers will run ({rules.shapes_text()})"
         ) from None
     team_text = read_team_text(writeup)
@@ -358,7 +358,7 @@ def package_kit(
         team_text = existing_team_text(run_dir)
     members: dict[str, Path | bytes] = {
         fmt.TRAIN_PY: train_py,
-        fmt.LAUNCH_TXT: (launch + "\n").encode(),
+        fmt.LAUNCH_FILE: (launch + "\n").encode(),
     }
     for name, path in imported_files(train_py).items():
         members[name] = path

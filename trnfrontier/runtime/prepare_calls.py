@@ -1,7 +1,7 @@
 """How trnf calls a trusted prepare.py: only the organisers' names, the way their train.py calls them.
 
 Every call trnf makes into a prepare.py (its own, or the organisers' copy) goes through
-this module. It knows the surface in ``KIT-CONTRACT.md`` and nothing more:
+this module. It knows the surface in ``docs/kit-contract.md`` and nothing more:
 
 - functions are called **positionally where the kit's train.py is positional**
   (``causality_check(model, tokenizer, batch_size, seq_len, device)``,
@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# The names KIT-CONTRACT.md evidences; a prepare.py with exactly these is enough for trnf.
+# The names docs/kit-contract.md evidences; a prepare.py with exactly these is enough for trnf.
 CONTRACT_CONSTANTS = (
     "TRAIN_TIME_BUDGET_SECONDS",
     "TRAIN_STARTUP_STEPS_EXCLUDED",

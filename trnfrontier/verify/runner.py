@@ -129,7 +129,7 @@ def _pin_check(name: str, pin: Pin, claimed: Any, *, required: bool) -> Check:
 
 
 def _launch_check(root: Path, manifest: dict[str, Any] | str, phase: Phase) -> tuple[Check, Launch | None]:
-    path = fmt.member_path(root, fmt.LAUNCH_TXT)
+    path = fmt.member_path(root, fmt.LAUNCH_FILE)
     if not path.is_file():
         return failed("launch", "launch.txt is missing"), None
     try:
