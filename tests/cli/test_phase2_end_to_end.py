@@ -86,7 +86,11 @@ def test_phase2_run_trains_resumes_packages_verifies_and_scores(sample_home: Pat
     checks = {c["name"]: c for c in report["checks"]}
     assert verified.returncode == 0 and report["ok"], [c for c in report["checks"] if not c["ok"]]
     assert checks["launch"]["reason"] == "LNC=2, nproc_per_node=64" and checks["inference"]["verdict"] == "pass"
-    assert "60-minute limit" in checks["core-time"]["reason"]
+    # The shipped format sample times the path at the launch's ranks but projects nothing
+    # about the real bundle, so the check says so instead of passing.
+    timing = checks["core-time"]
+    assert timing["verdict"] == "skip" and not timing["required"], timing
+    assert "not a projection" in timing["reason"] and "at 64 ranks" in timing["reason"] and "--core-bundle" in timing["reason"]
 
     scored = _trnf("eval", str(run), "--core", "--bundle", "sample", "--max-per-task", "4", "--json")
     assert scored.returncode == 0, scored.stderr[-3000:]
