@@ -48,11 +48,11 @@ def _dry(snippet: str, says: str, *, at_end: bool = True) -> Case:
 
 
 HOST.update({
-    "dry-run-step-log-is-a-fifo": _dry("os.remove('step_boundaries.jsonl')\nos.mkfifo('step_boundaries.jsonl')", "step boundary"),
+    "dry-run-step-log-is-a-fifo": _dry("os.remove('step_boundaries.jsonl')\nos.mkfifo('step_boundaries.jsonl')", "step log could not be read: step_boundaries.jsonl is a FIFO"),
     "dry-run-step-log-links-to-environ": _dry("os.remove('step_boundaries.jsonl')\nos.symlink('/proc/self/environ', 'step_boundaries.jsonl')",
-                                              "step boundary"),
+                                              "step_boundaries.jsonl is a symbolic link"),
     "dry-run-step-log-links-to-dev-zero": _dry("os.remove('step_boundaries.jsonl')\nos.symlink('/dev/zero', 'step_boundaries.jsonl')",
-                                               "step boundary"),
+                                               "step_boundaries.jsonl is a symbolic link"),
     "dry-run-checkpoint-dir-links-out": _dry("import shutil\nshutil.rmtree('out')\nos.symlink({marker!r}, 'out')", "no checkpoint"),
     "dry-run-plants-a-load-scratch": _dry("try:\n    os.symlink('/', '../load-scratch')\nexcept OSError:\n    pass\nraise SystemExit(3)",
                                           "exited 3"),
