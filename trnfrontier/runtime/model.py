@@ -27,10 +27,9 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
-from trnfrontier.runtime import ops
+from trnfrontier.runtime import ops, ragged_forward
 from trnfrontier.runtime.recipe import ModelSpec, check_heads
 
 # The value-embedding gate reads only the first channels of the block input: a cheap,
@@ -140,18 +139,10 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
-        return self.attend(x, ve, cos, sin)[0]
-
-    def attend(
-        self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, past: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """(output, k, v) of attention over ``x`` [B, T, C], causal; with ``past``, keys and
-        values [B, Hkv, P, D] of P earlier positions of each row that every position of
-        ``x`` also sees (``cos``/``sin`` then cover positions P .. P + T - 1)."""
+        """Causal attention over ``x`` [B, T, C]."""
         q, k, v = self.heads(x, ve, cos, sin)
-        y = ops.causal_attention(q, k, v) if past is None else _attention_after(q, k, v, *past)
-        y = y.transpose(1, 2).reshape(x.size(0), x.size(1), -1)
-        return ops.linear(y, self.c_proj.weight), k, v
+        y = ops.causal_attention(q, k, v).transpose(1, 2).reshape(x.size(0), x.size(1), -1)
+        return ops.linear(y, self.c_proj.weight)
 
     def heads(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q [B, H, T, D] and k, v [B, Hkv, T, D] of ``x``: projected, value-embedded,
@@ -168,17 +159,6 @@ class CausalSelfAttention(nn.Module):
             v = v + gate.unsqueeze(-1) * ve.view(B, T, self.n_kv_head, self.head_dim)
         v = v.transpose(1, 2)
         return ops.rotary_rms_norm(q, cos, sin), ops.rotary_rms_norm(k, cos, sin), v
-
-
-def _attention_after(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor) -> Tensor:
-    """Attention of q [B, H, T, D] over P earlier keys (all visible) and its own (causal)."""
-    keys, values = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
-    n_rep = q.size(1) // keys.size(1)
-    if n_rep > 1:
-        keys, values = keys.repeat_interleave(n_rep, dim=1), values.repeat_interleave(n_rep, dim=1)
-    p, t = past_k.size(2), q.size(2)
-    visible = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(p)
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)
 
 
 class MLP(nn.Module):
@@ -199,16 +179,8 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> Tensor:
-        return self.attend(x, ve, cos, sin)[0]
-
-    def attend(
-        self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, past: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """(output, k, v): the block over ``x``, its attention also over ``past`` (see
-        ``CausalSelfAttention.attend``), with the keys and values it computed."""
-        y, k, v = self.attn.attend(ops.rms_norm(x), ve, cos, sin, past)
-        x = x + y
-        return x + self.mlp(ops.rms_norm(x)), k, v
+        x = x + self.attn(ops.rms_norm(x), ve, cos, sin)
+        return x + self.mlp(ops.rms_norm(x))
 
 
 class GPT(nn.Module):
@@ -276,15 +248,16 @@ class GPT(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         """Token ids [B, T] -> float32 logits [B, T, vocab]. Pure, stateless, causal."""
-        return self._head(self._final_hidden(idx))
+        return self.head(self._final_hidden(idx))
 
     def logits_at(self, idx: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
         """float32 logits [N, vocab] at positions ``(rows[i], cols[i])`` of ``idx`` [B, T]:
         ``forward(idx)[rows, cols]`` without the lm head at the other positions (CORE
         scores a few positions of long prompts; the head is most of a small model)."""
-        return self._head(self._final_hidden(idx)[rows, cols])
+        return self.head(self._final_hidden(idx)[rows, cols])
 
-    def _head(self, hidden: Tensor) -> Tensor:
+    def head(self, hidden: Tensor) -> Tensor:
+        """float32 logits [..., vocab] of final hidden states (normed), softcapped."""
         logits = ops.linear(hidden, self.lm_head.weight).float()
         if self.config.softcap > 0:
             logits = ops.softcap(logits, self.config.softcap)
@@ -297,22 +270,22 @@ class GPT(nn.Module):
         [G, P], rows [R, S]) at positions ``(at_rows[i], P + at_cols[i])``: what ``forward``
         gives there, with each prefix row computed once however many rows continue it (the
         choices of one question after its shared context)."""
-        P, S = prefix.size(1), rows.size(1)
-        cos, sin = self._rotary(P + S, rows.device)
-        x = ops.rms_norm(self.wte(prefix))
-        y = ops.rms_norm(self.wte(rows))
-        last = len(self.blocks) - 1
-        for i, block in enumerate(self.blocks):
-            past = None
-            if P:
-                ve, pc, ps = self._value_embed(i, prefix), cos[:, :, :P], sin[:, :, :P]
-                if i < last:
-                    x, k, v = block.attend(x, ve, pc, ps)
-                else:  # the prefix's last layer only lends its keys and values
-                    _, k, v = block.attn.heads(ops.rms_norm(x), ve, pc, ps)
-                past = (k.index_select(0, owner), v.index_select(0, owner))
-            y = block.attend(y, self._value_embed(i, rows), cos[:, :, P:], sin[:, :, P:], past)[0]
-        return self._head(ops.rms_norm(y)[at_rows, at_cols])
+        lengths = torch.full((prefix.size(0),), prefix.size(1), dtype=torch.long, device=prefix.device)
+        return self.logits_ragged(prefix, lengths, rows, owner, at_rows, at_cols)
+
+    def logits_ragged(
+        self, prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, at_rows: Tensor, at_cols: Tensor
+    ) -> Tensor:
+        """``logits_after_prefix`` with prefix row g cut to its first ``prefix_lengths[g]``
+        tokens, computing only the tokens the scored positions need (``ragged_forward``)."""
+        return self.head(self.hidden_ragged(prefix, prefix_lengths, rows, owner, at_rows, at_cols))
+
+    def hidden_ragged(
+        self, prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, at_rows: Tensor, at_cols: Tensor
+    ) -> Tensor:
+        """The head's input [N, n_embd] at the positions ``logits_ragged`` gives logits for
+        (a caller can then run the head over a few positions at a time)."""
+        return ragged_forward.hidden_ragged(self, prefix, prefix_lengths, rows, owner, at_rows, at_cols)
 
     def _rotary(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """cos, sin [1, 1, length, D/2] for positions 0 .. length - 1."""

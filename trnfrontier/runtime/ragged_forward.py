@@ -1,0 +1,178 @@
+"""The GPT's logits at chosen positions of many sequences, computing only the tokens needed.
+
+CORE (and any scorer of continuations) asks for the logits at a few positions of many
+token sequences, each of them a prefix shared by several sequences followed by a tail of
+its own (the choices of one question after its context). ``GPT.forward`` over a padded
+[rows, length] batch computes every row's whole prefix and its padding; this forward
+computes each needed token once:
+
+- every prefix token once for all the rows that continue it, each prefix with its own
+  length (``prefix_lengths``): one question's context is not cut to the batch's shortest;
+- no padding in any linear layer: the tokens travel as one flat [tokens, channels] tensor
+  and only attention sees them padded, scattered into [rows, length] and gathered back;
+- a tail only up to its last scored position (what comes after is never read, causally);
+- in the last layer, the prefixes only lend keys and values, and only the scored positions
+  go on through the attention projection, the MLP and the head.
+
+Each logit is what ``forward`` gives at that position up to float rounding: the same
+weights and the same operations, in other batch shapes (~1e-6 in float32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trnfrontier.runtime import ops
+
+# The model (runtime/model.py's GPT, which calls this module) and its attention layers are
+# typed Any here: importing model.py for their names would make the two import each other.
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the flat tokens go: prefix tokens first (``n_prefix``), then tail tokens.
+
+    Attention reads them through gathers: ``prefix_gather`` [G * Pmax] and ``tail_gather``
+    [R * Tmax] name the flat token in each padded slot, ``key_gather`` [R * (Pmax + Tmax)]
+    the flat token each tail row sees at each key slot (its own prefix, then its own
+    tail). A padding slot names token 0: its key is masked and its output dropped, so any
+    finite values do. ``prefix_slots`` / ``tail_slots`` bring the outputs back.
+    """
+
+    ids: Tensor  # [N] token ids, flat
+    positions: Tensor  # [N] each token's position in its whole sequence
+    n_prefix: int
+    prefix_slots: Tensor  # [Np] each prefix token's slot in the padded [G * Pmax]
+    tail_slots: Tensor  # [Nt] each tail token's slot in the padded [R * Tmax]
+    prefix_gather: Tensor
+    tail_gather: Tensor
+    key_gather: Tensor
+    prefix_shape: tuple[int, int]  # (G, Pmax)
+    tail_shape: tuple[int, int]  # (R, Tmax)
+    tail_visible: Tensor | None  # [R, 1, Tmax, Pmax + Tmax]: the keys each tail query sees (None: no prefix)
+    scored: Tensor  # [M] the flat tail index (0 .. Nt - 1) of each scored position
+
+
+def _gather_map(valid: Tensor, offset: int) -> Tensor:
+    """For each slot of a padded [B, L] ``valid`` mask, its flat token index (tokens counted
+    row by row from ``offset``), 0 for padding."""
+    index = torch.zeros(valid.numel(), dtype=torch.long, device=valid.device)
+    slots = valid.flatten().nonzero().squeeze(1)
+    index[slots] = torch.arange(slots.numel(), device=valid.device) + offset
+    return index
+
+
+def layout(prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, at_rows: Tensor, at_cols: Tensor) -> Layout:
+    """The flat layout of ``prefix[g, :prefix_lengths[g]]`` and, per row r, ``rows[r]`` up
+    to its last scored column (``at_cols`` counts from the tail's start)."""
+    G, P = prefix.shape
+    R = rows.size(0)
+    device = rows.device
+    prefix_lengths = prefix_lengths.to(device=device, dtype=torch.long)
+    tail_lengths = torch.zeros(R, dtype=torch.long, device=device).scatter_reduce(0, at_rows, at_cols + 1, reduce="amax")
+    T = int(tail_lengths.max().item()) if R else 0
+    prefix_valid = torch.arange(P, device=device) < prefix_lengths[:, None]
+    tail_valid = torch.arange(T, device=device) < tail_lengths[:, None]
+    prefix_slots, tail_slots = prefix_valid.flatten().nonzero().squeeze(1), tail_valid.flatten().nonzero().squeeze(1)
+    n_prefix = prefix_slots.numel()
+    prefix_gather, tail_gather = _gather_map(prefix_valid, 0), _gather_map(tail_valid, n_prefix)
+    # Every tail token's position follows its own prefix.
+    own_prefix = prefix_lengths.index_select(0, owner)
+    tail_positions = own_prefix.repeat_interleave(tail_lengths) + tail_slots % max(T, 1)
+    key_gather = torch.cat((prefix_gather.view(G, P).index_select(0, owner), tail_gather.view(R, T)), dim=1).flatten()
+    tail_visible = None
+    if P:
+        causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        past = (torch.arange(P, device=device) < own_prefix[:, None])[:, None, None, :]
+        tail_visible = torch.cat((past.expand(R, 1, T, P), causal.expand(R, 1, T, T)), dim=-1)
+    return Layout(
+        ids=torch.cat((prefix.flatten()[prefix_slots], rows[:, :T].flatten()[tail_slots])),
+        positions=torch.cat((prefix_slots % max(P, 1), tail_positions)),
+        n_prefix=n_prefix,
+        prefix_slots=prefix_slots,
+        tail_slots=tail_slots,
+        prefix_gather=prefix_gather,
+        tail_gather=tail_gather,
+        key_gather=key_gather,
+        prefix_shape=(G, P),
+        tail_shape=(R, T),
+        tail_visible=tail_visible,
+        scored=tail_gather[at_rows * T + at_cols] - n_prefix,
+    )
+
+
+def _padded(flat: Tensor, gather: Tensor, rows: int) -> Tensor:
+    """[N, heads, D] flat tokens as [rows, heads, L, D], slot by slot from ``gather``."""
+    return flat.index_select(0, gather).view(rows, -1, *flat.shape[1:]).transpose(1, 2)
+
+
+def _flat(padded: Tensor, slots: Tensor) -> Tensor:
+    """[B, heads, L, D] back to [n, heads * D] at the slots."""
+    B, H, L, D = padded.shape
+    return padded.transpose(1, 2).reshape(B * L, H * D).index_select(0, slots)
+
+
+def _expand_kv(k: Tensor, n_rep: int) -> Tensor:
+    return k.repeat_interleave(n_rep, dim=1) if n_rep > 1 else k
+
+
+def _heads(attn: Any, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q [N, H, D] and k, v [N, Hkv, D] of flat tokens, as ``CausalSelfAttention.heads``
+    makes them (rotary and norm see the usual [1, heads, tokens, D] layout)."""
+    N = x.size(0)
+    q, k, v = attn._project_qkv(x)
+    v = v.view(N, attn.n_kv_head, attn.head_dim)
+    if ve is not None and attn.ve_gate is not None:
+        gate = 2.0 * torch.sigmoid(attn.ve_gate(x[..., : attn.ve_gate_channels]))
+        v = v + gate.unsqueeze(-1) * ve.view(N, attn.n_kv_head, attn.head_dim)
+    q = ops.rotary_rms_norm(q.view(1, N, attn.n_head, attn.head_dim).transpose(1, 2), cos, sin)
+    k = ops.rotary_rms_norm(k.view(1, N, attn.n_kv_head, attn.head_dim).transpose(1, 2), cos, sin)
+    return q[0].transpose(0, 1), k[0].transpose(0, 1), v
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, at: Layout, prefixes_too: bool) -> tuple[Tensor | None, Tensor]:
+    """(prefix outputs [Np, H * D] or None, tail outputs [Nt, H * D]) of flat q, k, v."""
+    (G, _), (R, _) = at.prefix_shape, at.tail_shape
+    n_rep = q.size(1) // k.size(1)
+    tq = _padded(q, at.tail_gather, R)
+    if at.tail_visible is None:
+        tail = ops.causal_attention(tq, _padded(k, at.tail_gather, R), _padded(v, at.tail_gather, R))
+    else:
+        keys, values = _expand_kv(_padded(k, at.key_gather, R), n_rep), _expand_kv(_padded(v, at.key_gather, R), n_rep)
+        tail = F.scaled_dot_product_attention(tq, keys, values, attn_mask=at.tail_visible)
+    prefix = None
+    if prefixes_too and at.n_prefix:
+        pq, pk, pv = (_padded(t, at.prefix_gather, G) for t in (q, k, v))
+        prefix = _flat(ops.causal_attention(pq, pk, pv), at.prefix_slots)
+    return prefix, _flat(tail, at.tail_slots)
+
+
+@torch.no_grad()
+def hidden_ragged(
+    model: Any, prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, at_rows: Tensor, at_cols: Tensor
+) -> Tensor:
+    """The normed last hidden states [M, n_embd] (the head's input) of the sequences
+    ``prefix[owner[r], :prefix_lengths[owner[r]]] + rows[r]`` at tail positions
+    ``(at_rows[i], at_cols[i])``: ``model.head`` of them is what ``model.forward`` gives at
+    full position ``prefix_lengths[owner[r]] + at_cols[i]``."""
+    at = layout(prefix, prefix_lengths, rows, owner, at_rows, at_cols)
+    cos, sin = model._rotary(int(at.positions.max().item()) + 1 if at.positions.numel() else 1, rows.device)
+    cos, sin = cos[:, :, at.positions], sin[:, :, at.positions]
+    x = ops.rms_norm(model.wte(at.ids))
+    n, last = at.n_prefix, len(model.blocks) - 1
+    for i, block in enumerate(model.blocks):
+        q, k, v = _heads(block.attn, ops.rms_norm(x), model._value_embed(i, at.ids), cos, sin)
+        prefix_out, tail_out = _attention(q, k, v, at, prefixes_too=i < last)
+        if i == last:  # only the scored positions go on
+            x = x[n:].index_select(0, at.scored)
+            x = x + ops.linear(tail_out.index_select(0, at.scored), block.attn.c_proj.weight)
+        else:
+            y = tail_out if prefix_out is None else torch.cat((prefix_out, tail_out))
+            x = x + ops.linear(y, block.attn.c_proj.weight)
+        x = x + block.mlp(ops.rms_norm(x))
+    return ops.rms_norm(x)
