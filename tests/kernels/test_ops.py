@@ -362,3 +362,18 @@ def test_rope_kernel_reads_the_models_q_in_place(
     with backend.kernel_backend(backend.BACKEND.loader, set()):
         want = custom_ops.rotary_rms_norm(q, cos[None, None], sin[None, None])
     torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["relu_squared", "softcap"])
+def test_reference_ops_without_autograd_give_the_same_bits_and_leave_the_input_alone(name: str) -> None:
+    # Evaluation reuses buffers in place; the values must be those training computes.
+    torch.manual_seed(0)
+    x = torch.randn(64, 300) * 20
+    before = x.clone()
+    args = (15.0,) if name == "softcap" else ()
+    with torch.enable_grad():
+        trained = ops.reference(name)(x.clone().requires_grad_(), *args).detach()
+    with torch.no_grad():
+        evaluated = ops.reference(name)(x, *args)
+    assert torch.equal(trained, evaluated)
+    assert torch.equal(x, before)
