@@ -10,7 +10,7 @@ from trnfrontier.evaluate.core.engine import score_rows
 from trnfrontier.evaluate.core.protocol import (
     LogitsScorer,
     NativeScorer,
-    SharedPrefixScorer,
+    RaggedScorer,
     full_rows,
     normalise,
     scorer_for,
@@ -40,7 +40,7 @@ class Native(torch.nn.Module):
 
 def test_each_kind_of_model_gets_its_adapter() -> None:
     assert isinstance(scorer_for(elementwise_model(vocab=16), CPU), LogitsScorer)
-    assert isinstance(scorer_for(random_gpt(), CPU), SharedPrefixScorer)
+    assert isinstance(scorer_for(random_gpt(), CPU), RaggedScorer)
     native = scorer_for(Native(), CPU)
     assert isinstance(native, NativeScorer) and native.shares_prefixes
 

@@ -22,6 +22,7 @@ from trnfrontier.evaluate.core.engine import score_rows, task_rows
 from trnfrontier.evaluate.core.protocol import (
     LogitsScorer,
     PositionLogitsScorer,
+    RaggedScorer,
     SharedPrefixScorer,
 )
 
@@ -125,8 +126,8 @@ def test_an_elementwise_model_gets_exactly_the_reference_verdicts(sample_bundle,
 @pytest.mark.parametrize("crop", [None, 40])
 def test_a_gpt_gets_the_reference_verdicts_except_counted_near_ties(sample_bundle, tokenizer, gpt, crop) -> None:
     reference = reference_verdicts(gpt, tokenizer, sample_bundle.bundle, crop)
-    for adapter in (LogitsScorer, PositionLogitsScorer, SharedPrefixScorer):
-        share = adapter is SharedPrefixScorer
+    for adapter in (LogitsScorer, PositionLogitsScorer, SharedPrefixScorer, RaggedScorer):
+        share = adapter in (SharedPrefixScorer, RaggedScorer)
         total, wrong, unexplained = compare(reference, adapter(gpt, torch.device("cpu")), tokenizer, sample_bundle.bundle, crop, share)
         assert unexplained == 0, f"{adapter.__name__}: {unexplained} of {total} verdicts differ from the reference without a near-tie"
         assert wrong <= 2  # a verdict flipping on ~1e-6 needs options ~1e-6 apart: rare
@@ -167,5 +168,6 @@ def test_a_choice_with_no_scored_token_has_a_nan_loss_as_in_the_reference(tokeni
 def test_a_second_seed_and_depth_agree_too(sample_bundle, tokenizer) -> None:
     model = random_gpt(seed=7, width=64, depth=1)
     reference = reference_verdicts(model, tokenizer, sample_bundle.bundle, None)
-    total, _wrong, unexplained = compare(reference, SharedPrefixScorer(model, torch.device("cpu")), tokenizer, sample_bundle.bundle, None, True)
-    assert total and unexplained == 0
+    for adapter in (SharedPrefixScorer, RaggedScorer):
+        total, _wrong, unexplained = compare(reference, adapter(model, torch.device("cpu")), tokenizer, sample_bundle.bundle, None, True)
+        assert total and unexplained == 0

@@ -7,7 +7,9 @@ sorted by length fill batches of at most ``batch_tokens`` padded tokens, so padd
 small and each forward is large.
 
 With a scorer that shares prefixes, the rows of one item are sent with their common
-prefix once (``Batch.prefix``) and only their differing tails as rows.
+prefix once (``Batch.prefix``) and only their differing tails as rows: cut to the batch's
+shortest prefix, or, for a ragged scorer (``ragged_prefixes``), each item's whole prefix
+(``Batch.prefix_lengths``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from trnfrontier.evaluate.core.sequences import ItemRows, common_prefix
 # prefix is shorter than its own (a larger share: a separate batch costs more there).
 MAX_PADDING = 0.1
 MAX_PADDING_SHARED = 0.3
+# A ragged scorer pads only inside attention, a small share of a forward's work.
+MAX_PADDING_RAGGED = 0.5
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class Batch:
     """One scorer call: the protocol's tensors and, per position, the row it belongs to."""
 
     prefix: Tensor
+    prefix_lengths: Tensor  # [G]: prefix row g is its first prefix_lengths[g] tokens (the rest is padding)
     rows: Tensor
     owner: Tensor
     positions: Tensor
@@ -89,55 +94,68 @@ def _shared_length(rows: list[Row], members: list[int]) -> int:
     return min(common_prefix(tokens), min(rows[i].first for i in members))
 
 
-def plan(rows: list[Row], batch_tokens: int, share: bool = False) -> Iterator[Batch]:
-    """Batches of at most ``batch_tokens`` padded tokens (a single larger row goes alone)."""
+def plan(rows: list[Row], batch_tokens: int, share: bool = False, ragged: bool = False) -> Iterator[Batch]:
+    """Batches of at most ``batch_tokens`` padded tokens (a single larger row goes alone).
+
+    ``ragged`` (a scorer that takes each prefix at its own length and pads only inside
+    attention): every item keeps its whole shared prefix, and a batch closes on its real
+    tokens and on padding only past the larger ``MAX_PADDING_RAGGED``."""
+    share = share or ragged
     groups = _groups(rows, share)
     shared = [_shared_length(rows, members) for members in groups]
     # Longest tails last, so each batch pads its rows to a length close to theirs.
     order = sorted(range(len(groups)), key=lambda g: (shared[g], max(len(rows[i].tokens) for i in groups[g]) - shared[g]))
-    slack = MAX_PADDING_SHARED if share else MAX_PADDING
+    slack = MAX_PADDING_RAGGED if ragged else MAX_PADDING_SHARED if share else MAX_PADDING
     chosen: list[int] = []
     for g in order:
         trial = chosen + [g]
         if chosen:
-            padded, real = _tokens(rows, groups, shared, trial)
+            padded, real = _tokens(rows, groups, shared, trial, ragged)
             if padded > batch_tokens or padded - real > slack * padded:
-                yield _batch(rows, groups, shared, chosen)
+                yield _batch(rows, groups, shared, chosen, ragged)
                 trial = [g]
         chosen = trial
     if chosen:
-        yield _batch(rows, groups, shared, chosen)
+        yield _batch(rows, groups, shared, chosen, ragged)
 
 
-def _tokens(rows: list[Row], groups: list[list[int]], shared: list[int], chosen: list[int]) -> tuple[int, int]:
-    """(tokens the batch computes, tokens each group alone would compute: its own prefix
-    once and its rows' tails, without padding)."""
-    prefix = min(shared[g] for g in chosen)
-    tails = [len(rows[i].tokens) - prefix for g in chosen for i in groups[g]]
+def _prefix_lengths(shared: list[int], chosen: list[int], ragged: bool) -> list[int]:
+    """Each chosen group's prefix length: its own when ragged, else the batch's shortest."""
+    if ragged:
+        return [shared[g] for g in chosen]
+    return [min(shared[g] for g in chosen)] * len(chosen)
+
+
+def _tokens(rows: list[Row], groups: list[list[int]], shared: list[int], chosen: list[int], ragged: bool) -> tuple[int, int]:
+    """(tokens the batch's tensors hold, tokens each group alone would compute: its own
+    prefix once and its rows' tails, without padding)."""
+    lengths = _prefix_lengths(shared, chosen, ragged)
+    tails = [len(rows[i].tokens) - length for g, length in zip(chosen, lengths, strict=True) for i in groups[g]]
     alone = sum(shared[g] + sum(len(rows[i].tokens) - shared[g] for i in groups[g]) for g in chosen)
-    return len(chosen) * prefix + len(tails) * max(tails), alone
+    return len(chosen) * max(lengths) + len(tails) * max(tails), alone
 
 
-def _batch(rows: list[Row], groups: list[list[int]], shared: list[int], chosen: list[int]) -> Batch:
-    prefix_length = min(shared[g] for g in chosen)
+def _batch(rows: list[Row], groups: list[list[int]], shared: list[int], chosen: list[int], ragged: bool) -> Batch:
+    lengths = _prefix_lengths(shared, chosen, ragged)
     members = [(slot, i) for slot, g in enumerate(chosen) for i in groups[g]]
-    width = max(len(rows[i].tokens) for _, i in members) - prefix_length
+    width = max(len(rows[i].tokens) - lengths[slot] for slot, i in members)
     pad = rows[members[0][1]].tokens[0]  # BOS: every row starts with it
-    prefix = torch.empty((len(chosen), prefix_length), dtype=torch.long)
+    prefix = torch.full((len(chosen), max(lengths)), pad, dtype=torch.long)
     table = torch.full((len(members), width), pad, dtype=torch.long)
     positions: list[tuple[int, int]] = []
     counts: list[int] = []
     for r, (slot, i) in enumerate(members):
-        tokens = rows[i].tokens
-        if prefix_length:
-            prefix[slot] = torch.tensor(tokens[:prefix_length])
-        table[r, : len(tokens) - prefix_length] = torch.tensor(tokens[prefix_length:])
-        span = range(rows[i].first - prefix_length, rows[i].last - prefix_length)
+        tokens, length = rows[i].tokens, lengths[slot]
+        if length:
+            prefix[slot, :length] = torch.tensor(tokens[:length])
+        table[r, : len(tokens) - length] = torch.tensor(tokens[length:])
+        span = range(rows[i].first - length, rows[i].last - length)
         positions.extend((r, j) for j in span)
         counts.append(len(span))
     owner = torch.tensor([slot for slot, _ in members], dtype=torch.long)
     return Batch(
         prefix=prefix,
+        prefix_lengths=torch.tensor(lengths, dtype=torch.long),
         rows=table,
         owner=owner,
         positions=torch.tensor(positions, dtype=torch.long).reshape(-1, 2),

@@ -48,9 +48,11 @@ def score_rows(
     rows, mapping = distinct_rows(task_items)
     scores: dict[int, RowScores] = {}
     budget = min(batch_tokens, int(getattr(scorer, "batch_tokens", batch_tokens)))
-    for batch in plan(rows, budget, share=share_prefixes):
+    ragged = share_prefixes and bool(getattr(scorer, "ragged_prefixes", False))
+    for batch in plan(rows, budget, share=share_prefixes, ragged=ragged):
         count = batch.positions.size(0)
-        loss, argmax, margin = normalise(scorer(batch.prefix, batch.rows, batch.owner, batch.positions), count)
+        extra = {"prefix_lengths": batch.prefix_lengths} if ragged else {}
+        loss, argmax, margin = normalise(scorer(batch.prefix, batch.rows, batch.owner, batch.positions, **extra), count)
         at = 0
         for row_id, n in zip(batch.row_ids, batch.counts, strict=True):
             scores[row_id] = RowScores(loss[at : at + n], argmax[at : at + n], None if margin is None else margin[at : at + n])

@@ -27,11 +27,18 @@ independent of the other rows), as nanochat's ``model(input_ids)`` gives them.
 
 A scorer that computes the prefix once for all the rows that share it (a KV cache) sets
 the attribute ``shares_prefixes = True``; otherwise the engine sends P = 0 and whole rows.
+One that also sets ``ragged_prefixes = True`` is called with the keyword
+``prefix_lengths``, int64 [G]: prefix row g is then only its first ``prefix_lengths[g]``
+tokens (the rest is padding) and row r's sequence is ``prefix[g, :prefix_lengths[g]] +
+rows[r]`` with g = ``owner[r]``, so each item keeps its whole shared context in a batch of
+items whose contexts differ in length.
 A scorer may also set ``batch_tokens``, the most padded tokens it wants per call.
 
 ``scorer_for(model)`` picks, for a ``torch.nn.Module``: its own ``core_score`` method when
-it has one (the same signature); else, when it has ``logits_at(idx, rows, cols)`` (trnf's
-GPT: the lm head only at those positions), a scorer over it; else one over
+it has one (the same signature); else, when it has ``hidden_ragged`` and ``head`` (trnf's GPT: each
+needed token computed once, ``runtime/ragged_forward.py``) or ``logits_after_prefix``, a
+scorer that shares prefixes through it; else, when it has ``logits_at(idx, rows, cols)``
+(the lm head only at those positions), a scorer over it; else one over
 ``model(idx) -> logits [B, T, vocab]`` (any ``load_for_eval`` model).
 """
 
@@ -135,6 +142,35 @@ class SharedPrefixScorer:
         return scores_from_logits(logits, rows[r, j + 1])
 
 
+class RaggedScorer:
+    """A module with ``hidden_ragged(prefix, prefix_lengths, rows, owner, at_rows, at_cols)``
+    and ``head(hidden)`` (trnf's GPT): each prefix at its own length, no padding outside
+    attention, and the head over ``HEAD_POSITIONS`` positions at a time (its [positions,
+    vocab] logits stay small enough for the allocator to reuse)."""
+
+    shares_prefixes = True
+    ragged_prefixes = True
+    HEAD_POSITIONS = 512
+
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model, self.device = model, device
+
+    @torch.no_grad()
+    def __call__(self, prefix: Tensor, rows: Tensor, owner: Tensor, positions: Tensor, prefix_lengths: Tensor | None = None) -> Scores:
+        if prefix_lengths is None:
+            prefix_lengths = torch.full((prefix.size(0),), prefix.size(1), dtype=torch.long)
+        prefix, rows, owner = prefix.to(self.device), rows.to(self.device), owner.to(self.device)
+        r, j = positions[:, 0].to(self.device), positions[:, 1].to(self.device)
+        hidden = self.model.hidden_ragged(prefix, prefix_lengths.to(self.device), rows, owner, r, j)
+        targets = rows[r, j + 1]
+        parts = [
+            scores_from_logits(self.model.head(h), t)
+            for h, t in zip(hidden.split(self.HEAD_POSITIONS), targets.split(self.HEAD_POSITIONS), strict=True)
+        ]
+        loss, argmax, margin = (torch.cat(column) for column in zip(*parts, strict=True))
+        return loss, argmax, margin
+
+
 class NativeScorer:
     """A model's own ``core_score`` method; ``shares_prefixes`` read from the model."""
 
@@ -154,6 +190,8 @@ def scorer_for(model: Any, device: torch.device) -> Scorer:
     """The scorer CORE uses for ``model`` (see the module docstring for the order)."""
     if callable(getattr(model, "core_score", None)):
         return NativeScorer(model)
+    if callable(getattr(model, "hidden_ragged", None)) and callable(getattr(model, "head", None)):
+        return RaggedScorer(model, device)
     if callable(getattr(model, "logits_after_prefix", None)):
         return SharedPrefixScorer(model, device)
     if callable(getattr(model, "logits_at", None)):
