@@ -150,3 +150,28 @@ def test_defaults_without_a_record_are_the_contracts(tmp_path: Path) -> None:
 def test_no_targets_is_a_usage_error() -> None:
     with pytest.raises(UsageError):
         evaluation.evaluate([], evaluation.EvalOptions())
+
+
+def _spec(device: str, core: dict | None) -> WorkerSpec:
+    return WorkerSpec(
+        path="run", train_py=None, checkpoint=None, tokens=1, tokens_source="test", seq_len=8, seq_len_source="test",
+        batch_size=1, device=device, timeout=1.0, allow_mismatch=False, sample_tokens=0, prompt="", temperature=1.0,
+        threads=None, recorded_val_bpb=None, recorded_shas=None, core=core,
+    )
+
+
+@pytest.mark.parametrize(("device", "core", "kept"), [("cpu", {"bundle": "x"}, True), ("cpu", None, False), ("cuda", {"bundle": "x"}, False)])
+def test_a_core_worker_on_the_host_keeps_freed_memory_in_the_heap(monkeypatch, device: str, core: dict | None, kept: bool) -> None:
+    from trnfrontier.runtime import host_memory
+
+    seen: dict = {}
+
+    def run_tree(argv, timeout, env, poll):
+        seen.update(env)
+        return SimpleNamespace(timed_out=False, stdout='{"ok": true}\n', stderr="", returncode=0)
+
+    for name in (*host_memory.KEEP_FREED, host_memory.HOST_MALLOC_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(evaluation.processes, "run_tree", run_tree)
+    assert evaluation.run_worker(_spec(device, core)) == {"ok": True}
+    assert all((seen.get(name) == value) == kept for name, value in host_memory.KEEP_FREED.items())

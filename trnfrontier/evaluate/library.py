@@ -26,6 +26,7 @@ from trnfrontier.child_env import child_env
 from trnfrontier.errors import TrnfError, UsageError
 from trnfrontier.evaluate.spec import WorkerSpec
 from trnfrontier.progress import Steps, relay
+from trnfrontier.runtime import host_memory
 from trnfrontier.runtime.checkpoint_ref import resolve_checkpoint
 from trnfrontier.runtime.integrity import (
     DamagedFileError,
@@ -281,8 +282,13 @@ def run_worker(spec: WorkerSpec, bar: Steps | None = None) -> dict[str, Any]:
         progress_file = Path(scratch) / "progress.jsonl"
         spec = dataclasses.replace(spec, progress_file=str(progress_file))
         poll = relay(progress_file, bar) if bar is not None else None
-        # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them.
-        done = processes.run_tree(worker_command(spec), timeout=deadline, env=child_env(os.environ), poll=poll)
+        # The environment carries TRNF_PREPARE / TRNF_HOME / TRNF_DATASET as `trnf` set them;
+        # CORE on the host allocates and frees batch-sized tensors for every forward, so glibc
+        # keeps them in its heap (host_memory), as a CPU training process does.
+        env = child_env(os.environ)
+        if spec.core:
+            env.update(host_memory.keep_freed_env(spec.device))
+        done = processes.run_tree(worker_command(spec), timeout=deadline, env=env, poll=poll)
     if done.timed_out:
         return {
             "error": f"did not finish within {deadline or 0:g} s (--timeout {spec.timeout:g} s + {LOAD_GRACE_SECONDS:g} s to load); killed",
