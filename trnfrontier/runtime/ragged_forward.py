@@ -20,6 +20,7 @@ weights and the same operations, in other batch shapes (~1e-6 in float32).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ class Layout:
 
     ids: Tensor  # [N] token ids, flat
     positions: Tensor  # [N] each token's position in its whole sequence
+    span: int  # one past the largest position: the rotary table's length
     n_prefix: int
     prefix_slots: Tensor  # [Np] each prefix token's slot in the padded [G * Pmax]
     tail_slots: Tensor  # [Nt] each tail token's slot in the padded [R * Tmax]
@@ -56,6 +58,20 @@ class Layout:
     tail_shape: tuple[int, int]  # (R, Tmax)
     tail_visible: Tensor | None  # [R, 1, Tmax, Pmax + Tmax]: the keys each tail query sees (None: no prefix)
     scored: Tensor  # [M] the flat tail index (0 .. Nt - 1) of each scored position
+    # The last layer's queries, only the scored positions: per row r its scored columns
+    # padded to Qmax (``query_gather`` [R * Qmax], flat token indices), where each scored
+    # position's output lands (``query_slots`` [M]), and the keys each query sees
+    # (``query_visible`` [R, 1, Qmax, Pmax + Tmax] over the ``key_gather`` keys, or over
+    # the tail's own keys [.., Tmax] when there is no prefix).
+    query_gather: Tensor
+    query_slots: Tensor
+    query_visible: Tensor
+
+
+    def to(self, device: torch.device) -> Layout:
+        """The same layout with its tensors on ``device``."""
+        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return Layout(**{name: value.to(device) if isinstance(value, Tensor) else value for name, value in moved.items()})
 
 
 def _gather_map(valid: Tensor, offset: int) -> Tensor:
@@ -90,9 +106,12 @@ def layout(prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, 
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         past = (torch.arange(P, device=device) < own_prefix[:, None])[:, None, None, :]
         tail_visible = torch.cat((past.expand(R, 1, T, P), causal.expand(R, 1, T, T)), dim=-1)
+    positions = torch.cat((prefix_slots % max(P, 1), tail_positions))
+    query_gather, query_slots, query_visible = _scored_queries(tail_gather, (R, T), at_rows, at_cols, past if P else None)
     return Layout(
         ids=torch.cat((prefix.flatten()[prefix_slots], rows[:, :T].flatten()[tail_slots])),
-        positions=torch.cat((prefix_slots % max(P, 1), tail_positions)),
+        positions=positions,
+        span=int(positions.max().item()) + 1 if positions.numel() else 1,
         n_prefix=n_prefix,
         prefix_slots=prefix_slots,
         tail_slots=tail_slots,
@@ -103,7 +122,32 @@ def layout(prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, 
         tail_shape=(R, T),
         tail_visible=tail_visible,
         scored=tail_gather[at_rows * T + at_cols] - n_prefix,
+        query_gather=query_gather,
+        query_slots=query_slots,
+        query_visible=query_visible,
     )
+
+
+def _scored_queries(
+    tail_gather: Tensor, tail_shape: tuple[int, int], at_rows: Tensor, at_cols: Tensor, past: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(query_gather, query_slots, query_visible) of the scored positions (see ``Layout``);
+    ``past`` [R, 1, 1, Pmax]: which prefix key slots each row sees (None: no prefix)."""
+    R, T = tail_shape
+    device = at_rows.device
+    counts = torch.bincount(at_rows, minlength=R)
+    Q = int(counts.max().item()) if at_rows.numel() else 0
+    order = torch.sort(at_rows, stable=True).indices
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=device) - starts[at_rows[order]]
+    query_slots = at_rows * Q + rank
+    columns = torch.zeros(R * Q, dtype=torch.long, device=device)  # padding: column 0, whose key every row has
+    columns[query_slots] = at_cols
+    query_gather = tail_gather[(torch.arange(R * Q, device=device) // max(Q, 1)) * T + columns]
+    own = (torch.arange(T, device=device) <= columns.view(R, Q, 1))[:, None]  # [R, 1, Q, T]: causal in the tail
+    visible = own if past is None else torch.cat((past.expand(R, 1, Q, past.size(-1)), own), dim=-1)
+    return query_gather, query_slots, visible
 
 
 def _padded(flat: Tensor, gather: Tensor, rows: int) -> Tensor:
@@ -135,7 +179,17 @@ def _heads(attn: Any, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) ->
     return q[0].transpose(0, 1), k[0].transpose(0, 1), v
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, at: Layout, prefixes_too: bool) -> tuple[Tensor | None, Tensor]:
+def _scored_attention(q: Tensor, k: Tensor, v: Tensor, at: Layout) -> Tensor:
+    """Attention outputs [M, H * D] at the scored positions only, in their order."""
+    R = at.tail_shape[0]
+    n_rep = q.size(1) // k.size(1)
+    keys_from = at.key_gather if at.tail_visible is not None else at.tail_gather
+    keys, values = _expand_kv(_padded(k, keys_from, R), n_rep), _expand_kv(_padded(v, keys_from, R), n_rep)
+    out = F.scaled_dot_product_attention(_padded(q, at.query_gather, R), keys, values, attn_mask=at.query_visible)
+    return _flat(out, at.query_slots)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, at: Layout) -> tuple[Tensor | None, Tensor]:
     """(prefix outputs [Np, H * D] or None, tail outputs [Nt, H * D]) of flat q, k, v."""
     (G, _), (R, _) = at.prefix_shape, at.tail_shape
     n_rep = q.size(1) // k.size(1)
@@ -146,7 +200,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, at: Layout, prefixes_too: bool) 
         keys, values = _expand_kv(_padded(k, at.key_gather, R), n_rep), _expand_kv(_padded(v, at.key_gather, R), n_rep)
         tail = F.scaled_dot_product_attention(tq, keys, values, attn_mask=at.tail_visible)
     prefix = None
-    if prefixes_too and at.n_prefix:
+    if at.n_prefix:
         pq, pk, pv = (_padded(t, at.prefix_gather, G) for t in (q, k, v))
         prefix = _flat(ops.causal_attention(pq, pk, pv), at.prefix_slots)
     return prefix, _flat(tail, at.tail_slots)
@@ -160,18 +214,19 @@ def hidden_ragged(
     ``prefix[owner[r], :prefix_lengths[owner[r]]] + rows[r]`` at tail positions
     ``(at_rows[i], at_cols[i])``: ``model.head`` of them is what ``model.forward`` gives at
     full position ``prefix_lengths[owner[r]] + at_cols[i]``."""
-    at = layout(prefix, prefix_lengths, rows, owner, at_rows, at_cols)
-    cos, sin = model._rotary(int(at.positions.max().item()) + 1 if at.positions.numel() else 1, rows.device)
+    # Built on the host: its nonzero() and sizes would each wait for an accelerator.
+    host = (t.cpu() for t in (prefix, prefix_lengths, rows, owner, at_rows, at_cols))
+    at = layout(*host).to(rows.device)
+    cos, sin = model._rotary(at.span, rows.device)
     cos, sin = cos[:, :, at.positions], sin[:, :, at.positions]
     x = ops.rms_norm(model.wte(at.ids))
     n, last = at.n_prefix, len(model.blocks) - 1
     for i, block in enumerate(model.blocks):
         q, k, v = _heads(block.attn, ops.rms_norm(x), model._value_embed(i, at.ids), cos, sin)
-        prefix_out, tail_out = _attention(q, k, v, at, prefixes_too=i < last)
         if i == last:  # only the scored positions go on
-            x = x[n:].index_select(0, at.scored)
-            x = x + ops.linear(tail_out.index_select(0, at.scored), block.attn.c_proj.weight)
+            x = x[n:].index_select(0, at.scored) + ops.linear(_scored_attention(q, k, v, at), block.attn.c_proj.weight)
         else:
+            prefix_out, tail_out = _attention(q, k, v, at)
             y = tail_out if prefix_out is None else torch.cat((prefix_out, tail_out))
             x = x + ops.linear(y, block.attn.c_proj.weight)
         x = x + block.mlp(ops.rms_norm(x))
