@@ -71,3 +71,19 @@ def test_a_forward_that_returns_no_logits_is_named() -> None:
     scorer = LogitsScorer(Hidden(), CPU)
     with pytest.raises(TypeError, match=r"must return logits \[B, T, vocab\]"):
         scorer(torch.empty(1, 0, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, dtype=torch.long), torch.tensor([[0, 1]]))
+
+
+def test_scores_from_logits_give_torchs_argmax_first_on_ties_and_nan() -> None:
+    from trnfrontier.evaluate.core.protocol import scores_from_logits
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50)
+    logits[1, [3, 40]] = 9.0  # an exact tie: the first index wins
+    logits[2] = 0.0  # every logit tied
+    logits[3, 7] = float("nan")
+    logits[4, [10, 20, 30]] = 5.0
+    loss, argmax, margin = scores_from_logits(logits, torch.zeros(6, dtype=torch.long))
+    assert torch.equal(argmax, logits.argmax(dim=-1))
+    assert argmax[1] == 3 and argmax[2] == 0 and argmax[4] == 10
+    assert margin[1] == 0 and margin[0] > 0
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits, torch.zeros(6, dtype=torch.long), reduction="none"), equal_nan=True)

@@ -64,12 +64,16 @@ def full_rows(prefix: Tensor, rows: Tensor, owner: Tensor) -> Tensor:
 def scores_from_logits(logits: Tensor, targets: Tensor) -> Scores:
     """Loss of ``targets``, argmax and top-2 margin of logits [N, vocab], in their dtype."""
     loss = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
-    argmax = logits.argmax(dim=-1)
-    if logits.size(-1) > 1:
-        top = logits.topk(2, dim=-1).values
-        margin = (top[:, 0] - top[:, 1]).float()
-    else:
-        margin = torch.full((logits.size(0),), float("inf"))
+    if logits.size(-1) == 1:
+        return loss, logits.argmax(dim=-1), torch.full((logits.size(0),), float("inf"))
+    top = logits.topk(2, dim=-1)
+    margin = (top.values[:, 0] - top.values[:, 1]).float()
+    # The top-1 index is the argmax where the largest logit is unique; elsewhere (a tie,
+    # or NaN) torch.argmax decides, first on ties, as nanochat's own argmax does.
+    argmax = top.indices[:, 0].clone()
+    unsure = ~(top.values[:, 0] > top.values[:, 1])
+    if bool(unsure.any()):
+        argmax[unsure] = logits[unsure].argmax(dim=-1)
     return loss, argmax, margin
 
 
