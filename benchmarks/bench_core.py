@@ -17,9 +17,15 @@ over every task and trnf's engine (render, tokenize, batch, score: what
 
 - ``batched``: many items per forward grouped by length, any logits model (``LogitsScorer``);
 - ``head_at_positions``: the lm head only where a token is scored (``GPT.logits_at``);
-- ``shared_prefix``: each item's common prefix computed once (``GPT.logits_after_prefix``):
-  what ``trnf eval --core`` uses for a trnf GPT.
+- ``shared_prefix``: each item's common prefix computed once, cut to the shortest in its
+  batch (``GPT.logits_after_prefix``);
+- ``ragged``: each item's whole prefix, no padding outside attention, only the scored
+  positions through the last layer (``GPT.logits_ragged``): what ``trnf eval --core`` uses
+  for a trnf GPT.
 
+Both sides run under the glibc settings ``trnf eval --core`` starts its CPU worker with
+(``runtime/host_memory.py``: freed blocks stay in the heap; the process restarts itself
+with them, unless ``TRNF_HOST_MALLOC=system``); nanochat's time is faster under them too.
 The order alternates between rounds (other processes' load hits both sides); each time is
 wall-clock and process CPU time. Ratios nanochat / trnf per round (above 1: trnf is
 faster), their median and range, and a log-scale 95% interval (``stats.ratio_interval``).
@@ -59,7 +65,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-LEVERS = ("batched", "head_at_positions", "shared_prefix")
+from trnfrontier.runtime import host_memory  # noqa: E402
+
+LEVERS = ("batched", "head_at_positions", "shared_prefix", "ragged")
 
 # nanochat's core.yaml (the DCLM paper's CORE suite): label, task type, num_fewshot.
 REAL_SUITE = (
@@ -113,6 +121,7 @@ def scorers(model: torch.nn.Module, levers: tuple[str, ...] = LEVERS) -> dict[st
     from trnfrontier.evaluate.core.protocol import (
         LogitsScorer,
         PositionLogitsScorer,
+        RaggedScorer,
         SharedPrefixScorer,
     )
 
@@ -121,6 +130,7 @@ def scorers(model: torch.nn.Module, levers: tuple[str, ...] = LEVERS) -> dict[st
         "batched": (LogitsScorer(model, cpu), False),
         "head_at_positions": (PositionLogitsScorer(model, cpu), False),
         "shared_prefix": (SharedPrefixScorer(model, cpu), True),
+        "ragged": (RaggedScorer(model, cpu), True),
     }
     return {lever: every[lever] for lever in levers}
 
@@ -258,6 +268,14 @@ def nanochat_commit(path: str) -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
+def keep_freed_heap() -> None:
+    """Run under the glibc settings ``trnf eval --core`` gives its CPU worker (host_memory),
+    restarting this process with them once; both sides are timed under them."""
+    wanted = host_memory.keep_freed_env("cpu")
+    if wanted and not host_memory.kept():
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **wanted})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nanochat", required=True, help="a nanochat source checkout (benchmarks/requirements-bench.txt)")
@@ -280,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     levers = tuple(lever for lever in LEVERS if lever in args.levers.split(","))
     if not levers or set(args.levers.split(",")) - set(LEVERS):
         parser.error(f"--levers takes a comma-separated list of {', '.join(LEVERS)}")
+    keep_freed_heap()
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     load_before = os.getloadavg()
@@ -291,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(), "torch": torch.__version__},
         "nanochat_commit": nanochat_commit(args.nanochat),
+        "host_malloc": "keep freed" if host_memory.kept() else "glibc defaults",
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "config": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "model": described,
