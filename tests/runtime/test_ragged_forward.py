@@ -24,11 +24,16 @@ def expected_logits(model, prefix, lengths, rows, owner, at_rows, at_cols) -> to
 
 
 @pytest.mark.parametrize(
-    ("depth", "kv_heads", "lengths"),
-    [(2, 2, [7, 3, 0]), (1, 4, [5, 5, 5]), (3, 1, [0, 0, 0]), (2, 4, [11, 1, 6])],
+    ("depth", "kv_heads", "lengths", "extras"),
+    [
+        (2, 2, [7, 3, 0], {}),
+        (1, 4, [5, 5, 5], {}),
+        (3, 1, [0, 0, 0], {}),
+        (2, 4, [11, 1, 6], {"value_embeds": False, "softcap": 0.0}),
+    ],
 )
-def test_ragged_logits_equal_the_forward_of_each_whole_sequence(depth: int, kv_heads: int, lengths: list[int]) -> None:
-    model = make_model(n_layer=depth, n_kv_head=kv_heads, value_embeds=True)
+def test_ragged_logits_equal_the_forward_of_each_whole_sequence(depth: int, kv_heads: int, lengths: list[int], extras: dict) -> None:
+    model = make_model(n_layer=depth, n_kv_head=kv_heads, **{"value_embeds": True, **extras})
     torch.manual_seed(4)
     prefix_lengths = torch.tensor(lengths)
     prefix = torch.randint(0, VOCAB, (3, max(lengths)))
