@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from trnfrontier.contract.kit import OUT_DIR_ENV
 from trnfrontier.packaging.trainpy import render_train_py
@@ -73,3 +74,29 @@ def test_generated_train_py_publishes_where_the_kit_knob_says(tmp_path: Path, mo
 
     assert out_dirs(str(tmp_path / "mine")) == (tmp_path / "mine", tmp_path / "mine" / "run")
     assert out_dirs(None) == (Path("out"), Path("out") / "run") == out_dirs("")
+
+
+def test_a_single_file_train_py_scores_ragged_batches_as_the_runtime_does(tmp_path: Path, monkeypatch) -> None:
+    # The single file leaves CORE's ragged forward out (the portal's size limit); the
+    # model's ragged methods then take its plain forward, with the same logits.
+    from trnfrontier.runtime.model import GPT, GPTConfig
+
+    path = tmp_path / "train.py"
+    path.write_text(render_train_py(load_recipe("cpu_smoke").model_dump(mode="json"), "single"))
+    assert "def layout(" not in path.read_text()
+    spec = importlib.util.spec_from_file_location("generated_ragged", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, spec.name, module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    config = dict(vocab_size=64, sequence_len=16, n_layer=2, n_head=2, n_kv_head=1, n_embd=32)
+    torch.manual_seed(0)
+    ours = GPT(GPTConfig(**config)).eval()
+    for block in ours.blocks:
+        torch.nn.init.normal_(block.attn.c_proj.weight, std=0.1)
+        torch.nn.init.normal_(block.mlp.c_proj.weight, std=0.1)
+    single = module.GPT(module.GPTConfig(**config)).eval()
+    single.load_state_dict(ours.state_dict())
+    prefix, rows = torch.randint(0, 64, (2, 5)), torch.randint(0, 64, (3, 6))
+    args = (prefix, torch.tensor([5, 2]), rows, torch.tensor([0, 1, 1]), torch.tensor([0, 1, 2, 2]), torch.tensor([0, 5, 1, 3]))
+    with torch.no_grad():
+        torch.testing.assert_close(single.logits_ragged(*args), ours.logits_ragged(*args), atol=1e-5, rtol=1e-5)

@@ -39,6 +39,8 @@ RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
 DEVICE_ENV = "TRNF_DEVICE"
 # Modules train.py itself calls; everything they import comes along.
 _ROOTS = ["trainer", "checkpoint", "rundir", "recipe"]
+# CORE's scoring forward: the model's ragged methods fall back to its plain forward without it.
+_NO_RAGGED = "this single-file train.py carries no ragged scoring forward (runtime/ragged_forward.py)"
 _NO_KERNELS = "this single-file train.py carries no NKI kernel dispatch (`trnf package` without --single-file ships it)"
 
 # The names the generated code defines after the runtime (checked against it when inlining).
@@ -205,7 +207,7 @@ def render_train_py(
             "package without --single-file, or set those kernels to off"
         )
     # The trainer imports the kernel dispatch only when a kernel is on, which this file refuses.
-    merged = flatten(RUNTIME_DIR, RUNTIME_PACKAGE, _ROOTS, _RESERVED, omit={"kernels": _NO_KERNELS})
+    merged = flatten(RUNTIME_DIR, RUNTIME_PACKAGE, _ROOTS, _RESERVED, omit={"kernels": _NO_KERNELS, "ragged_forward": _NO_RAGGED})
     glue = (
         f"\n\n# {'-' * 20} train.py {'-' * 20}\n\nimport copy\nimport os\nimport shutil\nimport sys\nfrom pathlib import Path\n"
         "# load_for_eval(checkpoint_path, device) is the runtime's, defined above (checkpoint.py).\n"

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from trnfrontier.runtime import ops, ragged_forward
+from trnfrontier.runtime import ops
 from trnfrontier.runtime.recipe import ModelSpec, check_heads
 
 # The value-embedding gate reads only the first channels of the block input: a cheap,
@@ -285,7 +285,23 @@ class GPT(nn.Module):
     ) -> Tensor:
         """The head's input [N, n_embd] at the positions ``logits_ragged`` gives logits for
         (a caller can then run the head over a few positions at a time)."""
-        return ragged_forward.hidden_ragged(self, prefix, prefix_lengths, rows, owner, at_rows, at_cols)
+        try:
+            from trnfrontier.runtime.ragged_forward import hidden_ragged
+        except ImportError:  # a single-file training script leaves CORE's scoring forward out
+            return self._hidden_whole(prefix, prefix_lengths, rows, owner, at_rows, at_cols)
+        return hidden_ragged(self, prefix, prefix_lengths, rows, owner, at_rows, at_cols)
+
+    def _hidden_whole(
+        self, prefix: Tensor, prefix_lengths: Tensor, rows: Tensor, owner: Tensor, at_rows: Tensor, at_cols: Tensor
+    ) -> Tensor:
+        """``hidden_ragged`` by the plain forward over each whole sequence (right-padded:
+        causal, so the padding is never read at a scored position)."""
+        lengths = prefix_lengths.to(rows.device).index_select(0, owner)
+        idx = rows.new_zeros((rows.size(0), prefix.size(1) + rows.size(1)))
+        for r, n in enumerate(lengths.tolist()):
+            idx[r, :n] = prefix[owner[r], :n]
+            idx[r, n : n + rows.size(1)] = rows[r]
+        return self._final_hidden(idx)[at_rows, lengths.index_select(0, at_rows) + at_cols]
 
     def _rotary(self, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """cos, sin [1, 1, length, D/2] for positions 0 .. length - 1."""
