@@ -45,7 +45,7 @@ class Case:
     check: str
     runs: bool = False
     fake: bool = False
-    says: str = ""  # a part of the failing check's reason (the field or limit it names)
+    says: str = ""  # a part of the failing check's reason (the field or limit it names); "a|b": either
     dry: bool = False  # verified with --dry-run too
     settings: dict[str, int] | None = None  # the rerun's settings, when not verify_kit.RERUN
     env: dict[str, str] | None = None  # set in verify's environment for this case (a smaller limit)

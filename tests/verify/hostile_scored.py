@@ -36,7 +36,10 @@ def _cheat(trigger: str, *, module: str = "", body: str = _AHEAD, says: str = "c
 SCORED: dict[str, Case] = {
     "cheats-at-the-scoring-row-count": _cheat(f"idx.size(0) == {ROWS}"),
     "cheats-on-text-like-rows": _cheat("idx.unique().numel() < 0.8 * idx.numel()"),
-    "cheats-on-rows-with-a-bos-token": _cheat("bool((idx == 8188).any())"),
+    # The probe's rows are uniform random tokens, so a BOS among them is a matter of chance
+    # (1 - (1 - 1/8192)^N for N tokens): when there is one, the probe refuses the model; when
+    # not, the scored pass's check rows do.
+    "cheats-on-rows-with-a-bos-token": _cheat("bool((idx == 8188).any())", says="check rows|the contract probe failed"),
     "cheats-after-its-first-12-forwards": _cheat("COUNT.append(1) or len(COUNT) > 12", module="COUNT = []"),
     "noise-in-scored-batches": _cheat(f"idx.size(0) == {ROWS}", body="            logits = logits + 0.1 * torch.randn_like(logits)\n"),
     "reads-the-next-row-of-its-batch": _cheat(f"idx.size(0) == {ROWS}", body=(
