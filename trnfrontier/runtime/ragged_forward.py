@@ -166,17 +166,10 @@ def _expand_kv(k: Tensor, n_rep: int) -> Tensor:
 
 
 def _heads(attn: Any, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """q [N, H, D] and k, v [N, Hkv, D] of flat tokens, as ``CausalSelfAttention.heads``
-    makes them (rotary and norm see the usual [1, heads, tokens, D] layout)."""
-    N = x.size(0)
-    q, k, v = attn._project_qkv(x)
-    v = v.view(N, attn.n_kv_head, attn.head_dim)
-    if ve is not None and attn.ve_gate is not None:
-        gate = 2.0 * torch.sigmoid(attn.ve_gate(x[..., : attn.ve_gate_channels]))
-        v = v + gate.unsqueeze(-1) * ve.view(N, attn.n_kv_head, attn.head_dim)
-    q = ops.rotary_rms_norm(q.view(1, N, attn.n_head, attn.head_dim).transpose(1, 2), cos, sin)
-    k = ops.rotary_rms_norm(k.view(1, N, attn.n_kv_head, attn.head_dim).transpose(1, 2), cos, sin)
-    return q[0].transpose(0, 1), k[0].transpose(0, 1), v
+    """q [N, H, D] and k, v [N, Hkv, D] of flat tokens: ``CausalSelfAttention.heads`` over
+    them as one sequence of N (``cos``/``sin`` [1, 1, N, D/2], each token's own angles)."""
+    q, k, v = attn.heads(x[None], None if ve is None else ve[None], cos, sin)
+    return q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1)
 
 
 def _scored_attention(q: Tensor, k: Tensor, v: Tensor, at: Layout) -> Tensor:
